@@ -1,0 +1,11 @@
+# Managed by the template; local edits are merged on update.
+"""`python -m <package> ...`.
+
+The `__main__` guard matters: DDP and DataLoader workers started with the "spawn" method
+(the default on Windows and macOS) re-import this module, and must not re-run the CLI.
+"""
+
+from .cli import main
+
+if __name__ == "__main__":
+    main()
