@@ -18,9 +18,13 @@ class ToyTabularData(L.LightningDataModule):
 
     def setup(self, stage: str) -> None:
         generator = torch.Generator().manual_seed(0)
-        features = torch.randn(self.hparams.num_samples, self.hparams.num_features, generator=generator)
+        features = torch.randn(
+            self.hparams.num_samples, self.hparams.num_features, generator=generator
+        )
         weights = torch.randn(self.hparams.num_features, 1, generator=generator)
-        targets = features @ weights + 0.1 * torch.randn(self.hparams.num_samples, 1, generator=generator)
+        targets = features @ weights + 0.1 * torch.randn(
+            self.hparams.num_samples, 1, generator=generator
+        )
         self.train_set, self.val_set, self.test_set = random_split(
             TensorDataset(features, targets), [0.75, 0.125, 0.125], generator=generator
         )

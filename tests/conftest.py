@@ -1,0 +1,130 @@
+"""Fixtures that render the template once per answer set and share the results.
+
+Copier renders a local git template from its latest tag unless told `vcs_ref="HEAD"`,
+and from committed files only, so the suite renders a throwaway committed copy of this
+checkout: what is tested is exactly the working tree.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import copier
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PYTHON_THIS_MACHINE = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+# One render per answer set, shared by the whole session. `installable` renders are
+# installed (--no-deps) into this interpreter and run their own test suites.
+ANSWER_SETS = {
+    "defaults": {"project_name": "Default Probe"},
+    "all_loggers": {
+        "project_name": "All Loggers",
+        "loggers": ["csv", "tensorboard", "wandb"],
+        "license": "Apache-2.0",
+    },
+    "no_ci": {"project_name": "No CI", "ci": "none", "license": "Proprietary"},
+    **{
+        f"py{version.replace('.', '')}": {
+            "project_name": f"Py {version}",
+            "python_version": version,
+            "license": "BSD-3-Clause",
+        }
+        for version in ("3.10", "3.12", "3.13", "3.14")
+    },
+}
+INSTALLABLE = ("defaults", "all_loggers", "no_ci")
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "Test",
+        "GIT_AUTHOR_EMAIL": "test@example.com",
+        "GIT_COMMITTER_NAME": "Test",
+        "GIT_COMMITTER_EMAIL": "test@example.com",
+    }
+    result = subprocess.run(
+        ["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=True
+    )
+    return result.stdout
+
+
+def snapshot_template(dest: Path) -> Path:
+    """Copy the tracked and untracked-but-not-ignored files of this checkout; commit; tag."""
+    listed = git(REPO, "ls-files", "--cached", "--others", "--exclude-standard", "-z")
+    for name in filter(None, listed.split("\0")):
+        source = REPO / name
+        if source.is_file():
+            target = dest / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+    git(dest, "init", "-q", "-b", "main")
+    git(dest, "add", "-A")
+    git(dest, "commit", "-q", "-m", "snapshot")
+    git(dest, "tag", "v0.1.0")
+    return dest
+
+
+@pytest.fixture(scope="session")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return snapshot_template(tmp_path_factory.mktemp("template"))
+
+
+def render(template: Path, dest: Path, answers: dict, **kwargs) -> Path:
+    copier.run_copy(
+        str(template),
+        str(dest),
+        data=answers,
+        defaults=True,
+        unsafe=True,
+        vcs_ref="HEAD",
+        quiet=True,
+        **kwargs,
+    )
+    return dest
+
+
+@pytest.fixture(scope="session")
+def rendered(template: Path, tmp_path_factory: pytest.TempPathFactory):
+    """Lazily render each answer set once: `rendered("defaults")` -> project path."""
+    cache: dict[str, Path] = {}
+
+    def get(name: str) -> Path:
+        if name not in cache:
+            dest = tmp_path_factory.mktemp(name) / "project"
+            cache[name] = render(template, dest, ANSWER_SETS[name])
+        return cache[name]
+
+    return get
+
+
+def package_name(project: Path) -> str:
+    import yaml
+
+    return yaml.safe_load((project / ".copier-answers.yml").read_text())["package_name"]
+
+
+@pytest.fixture(scope="session")
+def installed(rendered):
+    """Install a render into this interpreter (--no-deps, editable); uninstall at the end."""
+    done: dict[str, Path] = {}
+
+    def get(name: str) -> Path:
+        if name not in done:
+            project = rendered(name)
+            subprocess.run(
+                [sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+                 "--no-build-isolation", "-e", str(project)],
+                check=True,
+            )
+            done[name] = project
+        return done[name]
+
+    yield get
+    names = [package_name(project) for project in done.values()]
+    if names:
+        subprocess.run([sys.executable, "-m", "pip", "uninstall", "-q", "-y", *names], check=False)
