@@ -3,13 +3,8 @@
 # install it, and train the example offline on CPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/venv.sh
 dest="${1:-demo}"
-[ -x .venv/bin/python ] || python3 -m venv .venv
-py="$PWD/.venv/bin/python"
-"$py" -m pip install -q --upgrade "pip>=25.1"
-"$py" -c "import torch" 2>/dev/null \
-  || "$py" -m pip install -q torch --index-url https://download.pytorch.org/whl/cpu
-"$py" -m pip install -q --group test
 # --vcs-ref HEAD: render this checkout as it is, not its latest tag.
 .venv/bin/copier copy --trust --defaults --vcs-ref HEAD -d project_name="Demo" . "$dest"
 "$py" -m pip install -q --no-deps --no-build-isolation -e "$dest"
