@@ -103,10 +103,14 @@ def test_ownership_rule_headers_and_readme_agree(rendered):
     project = rendered("defaults")
     mine = written_once(project)
     assert mine, "copier.yml excludes nothing on update: user files would be merged"
-    readme = (project / "README.md").read_text()
+    tables = {
+        "README.md": (project / "README.md").read_text(),
+        "docs/updating.md": (REPO / "docs" / "updating.md").read_text(),
+    }
     for name in mine:
         assert (project / name).is_file(), f"{name} is excluded on update but never rendered"
-        assert Path(name).name in readme, f"README's ownership table does not list {name}"
+        for where, text in tables.items():
+            assert Path(name).name in text, f"the ownership table of {where} does not list {name}"
     for path in [*project.glob("src/**/*.py"), *project.glob("tests/**/*.py")]:
         name = path.relative_to(project).as_posix()
         has_header = path.read_text().startswith(HEADER + "\n")
@@ -291,6 +295,8 @@ def test_migration_runs_once_when_its_release_is_crossed(release_a, tmp_path, ca
     update(project)
     first = capfd.readouterr()
     assert (first.out + first.err).count(log_line) == 1, first.out + first.err
+    # The copy-only task ran neither in copier's replay folders nor in the project.
+    assert "git repository" not in first.out + first.err
     assert answers(project)["ci_provider"] == "none" and "ci" not in answers(project)
     assert not (project / ".github").exists(), "the renamed answer fell back to its default"
     commit_all(project, "update to v0.2.0")
