@@ -1,3 +1,4 @@
+# Managed by the template; local edits are merged on update.
 """A tabular regression toy: a LightningModule and DataModule unlike the example.
 
 It declares no `num_classes`, logs no accuracy and returns plain tensors from

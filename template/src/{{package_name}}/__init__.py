@@ -1,3 +1,4 @@
+# Managed by the template; local edits are merged on update.
 """The project's package: model, data and networks, plus the command line around them."""
 
 from importlib.metadata import PackageNotFoundError, version

@@ -1,0 +1,358 @@
+"""`copier update` on real projects: template fixes arrive, the user's code survives.
+
+Each test releases its own throwaway git copy of this checkout: the snapshot is tagged
+v0.1.0, the test edits the template as a later release would and tags v0.2.0, ... Copier
+updates to the latest tag, exactly as a user's `copier update --trust` does.
+"""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import copier
+import jinja2
+import pytest
+import yaml
+from conftest import REPO, git, package_name, snapshot_template
+
+HEADER = "# Managed by the template; local edits are merged on update."
+CONFLICT_MARKER = re.compile(r"^(<<<<<<<|=======|>>>>>>>)( |$)", re.MULTILINE)
+PACKAGE = "update_probe"
+PATHS_PY = "template/src/{{package_name}}/paths.py"
+PATHS_DOC = '"""`path` itself when absolute, else the same path under the project root."""'
+
+
+def copy_at(template: Path, dest: Path, tag: str, **answers) -> Path:
+    copier.run_copy(
+        str(template),
+        str(dest),
+        data={"project_name": "Update Probe", **answers},
+        defaults=True,
+        unsafe=True,
+        vcs_ref=tag,
+        quiet=True,
+    )
+    return dest
+
+
+def update(project: Path, **kwargs) -> None:
+    """`copier update --trust --defaults --conflict inline` to the latest release."""
+    copier.run_update(
+        str(project),
+        overwrite=True,
+        unsafe=True,
+        defaults=True,
+        quiet=True,
+        conflict="inline",
+        **kwargs,
+    )
+
+
+def release(template: Path, tag: str, edits: list[tuple[str, str, str]]) -> None:
+    """Apply (file, old text, new text) edits to the template, commit and tag them."""
+    for name, old, new in edits:
+        path = template / name
+        text = path.read_text()
+        assert old in text, f"{old!r} not in {name}: the test no longer matches the template"
+        path.write_text(text.replace(old, new, 1))
+    git(template, "add", "-A")
+    git(template, "commit", "-q", "-m", f"release {tag}")
+    git(template, "tag", tag)
+
+
+def commit_all(project: Path, message: str) -> None:
+    git(project, "add", "-A")
+    git(project, "commit", "-q", "--no-verify", "-m", message)
+
+
+def append_line(path: Path, line: str) -> None:
+    path.write_text(path.read_text() + line + "\n")
+
+
+def answers(project: Path) -> dict:
+    return yaml.safe_load((project / ".copier-answers.yml").read_text())
+
+
+def files_with_conflicts(project: Path) -> list[str]:
+    # An unmerged file is listed once per stage, hence the set.
+    listed = set(git(project, "ls-files", "--cached", "--others", "--exclude-standard").split())
+    return sorted(name for name in listed if CONFLICT_MARKER.search((project / name).read_text()))
+
+
+def written_once(project: Path) -> set[str]:
+    """The paths copier.yml's `_exclude` keeps away from updates, for this project."""
+    config = yaml.safe_load((REPO / "copier.yml").read_text())
+    context = {"_copier_operation": "update", "package_name": package_name(project)}
+    rendered = "\n".join(jinja2.Template(entry).render(context) for entry in config["_exclude"])
+    at_copy = "\n".join(
+        jinja2.Template(entry).render({**context, "_copier_operation": "copy"})
+        for entry in config["_exclude"]
+    )
+    return set(rendered.split()) - set(at_copy.split())
+
+
+@pytest.fixture
+def release_a(tmp_path: Path) -> Path:
+    """This checkout as release v0.1.0 of a template repository of its own."""
+    return snapshot_template(tmp_path / "template")
+
+
+def test_ownership_rule_headers_and_readme_agree(rendered):
+    project = rendered("defaults")
+    mine = written_once(project)
+    assert mine, "copier.yml excludes nothing on update: user files would be merged"
+    tables = {
+        "README.md": (project / "README.md").read_text(),
+        "docs/updating.md": (REPO / "docs" / "updating.md").read_text(),
+    }
+    for name in mine:
+        assert (project / name).is_file(), f"{name} is excluded on update but never rendered"
+        for where, text in tables.items():
+            assert Path(name).name in text, f"the ownership table of {where} does not list {name}"
+    for path in [*project.glob("src/**/*.py"), *project.glob("tests/**/*.py")]:
+        name = path.relative_to(project).as_posix()
+        has_header = path.read_text().startswith(HEADER + "\n")
+        assert has_header == (name not in mine), (
+            f"{name}: template-owned files (not in copier.yml's update `_exclude`) start "
+            f"with the header, written-once files do not"
+        )
+
+
+def test_update_brings_template_fixes_and_keeps_user_edits(release_a, tmp_path):
+    project = copy_at(release_a, tmp_path / "project", "v0.1.0")
+    package = project / "src" / PACKAGE
+    mine = [
+        package / "model.py",
+        package / "nets.py",
+        package / "data.py",
+        project / "configs" / "default.yaml",
+    ]
+    for path in mine:
+        append_line(path, f"# my own line in {path.name}")
+    commit_all(project, "my model, network, data and config")
+
+    fixed_doc = PATHS_DOC.replace("root.", "root (`~` expanded).")
+    release(
+        release_a,
+        "v0.2.0",
+        [
+            (PATHS_PY, PATHS_DOC, fixed_doc),  # a fix in a template-owned file
+            (
+                "template/configs/default.yaml.jinja",
+                "log_every_n_steps: 10 ",
+                "log_every_n_steps: 5  ",
+            ),
+            # a change to the example: it must not reach the user's model.py
+            (
+                "template/src/{{package_name}}/model.py",
+                "The network itself is injected.",
+                "The network is injected.",
+            ),
+        ],
+    )
+    update(project)
+
+    assert fixed_doc in (package / "paths.py").read_text()
+    config = (project / "configs" / "default.yaml").read_text()
+    assert "log_every_n_steps: 5 " in config, "the template's config change was not merged"
+    for path in mine:
+        assert f"# my own line in {path.name}\n" in path.read_text(), f"lost the edit of {path}"
+    assert "The network itself is injected." in (package / "model.py").read_text()
+    assert not list(project.rglob("*.rej"))
+    assert files_with_conflicts(project) == []
+    assert answers(project)["_commit"] == "v0.2.0"
+    commit_all(project, "update to v0.2.0")
+
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-e",
+            str(project),
+        ],
+        check=True,
+    )
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-m", "not slow", "-p", "no:cacheprovider"],
+            cwd=project,
+            env={**os.environ, "WANDB_MODE": "offline"},
+            capture_output=True,
+            text=True,
+        )
+    finally:
+        subprocess.run([sys.executable, "-m", "pip", "uninstall", "-q", "-y", PACKAGE], check=False)
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    assert " passed" in result.stdout.splitlines()[-1]
+
+
+def test_same_lines_changed_on_both_sides_conflict_inline_and_pre_commit_refuses(
+    release_a, tmp_path
+):
+    project = copy_at(release_a, tmp_path / "project", "v0.1.0")
+    paths_py = project / "src" / PACKAGE / "paths.py"
+    mine = PATHS_DOC.replace("root.", "root, as I need it.")
+    paths_py.write_text(paths_py.read_text().replace(PATHS_DOC, mine))
+    commit_all(project, "my wording")
+    theirs = PATHS_DOC.replace("root.", "root (`~` expanded).")
+    release(release_a, "v0.2.0", [(PATHS_PY, PATHS_DOC, theirs)])
+    update(project)
+
+    assert not list(project.rglob("*.rej")), "copier left a .rej instead of inline markers"
+    assert files_with_conflicts(project) == [f"src/{PACKAGE}/paths.py"]
+    text = paths_py.read_text()
+    assert "<<<<<<< before updating" in text and ">>>>>>> after updating" in text
+    assert mine in text and theirs in text
+
+    # The user stages the file as it is; the project's own pre-commit config refuses it.
+    git(project, "add", "-A")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pre_commit",
+            "run",
+            "check-merge-conflict",
+            "--files",
+            f"src/{PACKAGE}/paths.py",
+        ],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PRE_COMMIT_HOME": str(tmp_path / "pre-commit-home")},
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Merge conflict string" in result.stdout, result.stdout
+
+
+def test_update_to_the_same_release_changes_nothing(release_a, tmp_path):
+    project = copy_at(release_a, tmp_path / "project", "v0.1.0")
+    for name in (f"src/{PACKAGE}/model.py", f"src/{PACKAGE}/cli.py", "configs/default.yaml"):
+        append_line(project / name, "# my own line")
+    commit_all(project, "my edits, in user-owned and template-owned files")
+    update(project)
+    assert git(project, "status", "--porcelain", "--untracked-files=all") == ""
+
+
+def test_changing_answers_adds_and_removes_files_and_dependencies(release_a, tmp_path):
+    project = copy_at(release_a, tmp_path / "project", "v0.1.0")
+    config = project / "configs" / "default.yaml"
+    append_line(config, "# my own line")
+    commit_all(project, "my config")
+
+    def loggers() -> list[str]:
+        entries = yaml.safe_load(config.read_text())["trainer"]["logger"]
+        return [entry["class_path"].rsplit(".", 1)[1] for entry in entries]
+
+    workflow = project / ".github" / "workflows" / "ci.yml"
+    assert workflow.is_file() and loggers() == ["CSVLogger"]
+
+    update(project, data={"loggers": ["csv", "wandb"], "ci": "none"})
+    assert loggers() == ["CSVLogger", "WandbLogger"]
+    assert '"wandb>=' in (project / "pyproject.toml").read_text()
+    assert not (project / ".github").exists()
+    assert (answers(project)["loggers"], answers(project)["ci"]) == (["csv", "wandb"], "none")
+    commit_all(project, "wandb, no CI")
+
+    update(project, data={"loggers": ["tensorboard"], "ci": "github"})
+    assert loggers() == ["TensorBoardLogger"]
+    pyproject = (project / "pyproject.toml").read_text()
+    assert '"tensorboard>=' in pyproject and "wandb" not in pyproject
+    assert workflow.is_file()
+    assert config.read_text().endswith("# my own line\n")
+    assert files_with_conflicts(project) == [] and not list(project.rglob("*.rej"))
+
+
+def test_migration_runs_once_when_its_release_is_crossed(release_a, tmp_path, capfd):
+    project = copy_at(release_a, tmp_path / "project", "v0.1.0", ci="none")
+    capfd.readouterr()
+    # v0.2.0 renames the question `ci` to `ci_provider`; its migration keeps the answer.
+    old_dir = 'template/{% if ci == "github" %}.github{% endif %}'
+    git(release_a, "mv", old_dir, old_dir.replace("if ci ==", "if ci_provider =="))
+    migration = """_migrations:
+  - version: v0.2.0
+    when: "{{ _stage == 'before' }}"
+    command: ["{{ _copier_python }}", "{{ _copier_conf.src_path }}/hooks/migrations.py",
+              "rename-answer", "ci", "ci_provider"]
+"""
+    release(
+        release_a,
+        "v0.2.0",
+        [
+            ("copier.yml", "\nci:\n", "\nci_provider:\n"),
+            ("copier.yml", "_migrations: []\n", migration),
+        ],
+    )
+    log_line = "migration rename-answer: answer 'ci' renamed to 'ci_provider' (kept 'none')."
+
+    update(project)
+    first = capfd.readouterr()
+    assert (first.out + first.err).count(log_line) == 1, first.out + first.err
+    # The copy-only task ran neither in copier's replay folders nor in the project.
+    assert "git repository" not in first.out + first.err
+    assert answers(project)["ci_provider"] == "none" and "ci" not in answers(project)
+    assert not (project / ".github").exists(), "the renamed answer fell back to its default"
+    commit_all(project, "update to v0.2.0")
+
+    release(
+        release_a,
+        "v0.3.0",
+        [("template/CHECKLIST.md", "# Before you commit", "# Before each commit")],
+    )
+    update(project)
+    second = capfd.readouterr()
+    assert log_line not in second.out + second.err
+    assert answers(project)["_commit"] == "v0.3.0"
+    assert (project / "CHECKLIST.md").read_text().startswith("# Before each commit")
+
+
+def test_recopy_restores_what_update_will_not(release_a, tmp_path):
+    project = copy_at(release_a, tmp_path / "project", "v0.1.0")
+    model = project / "src" / PACKAGE / "model.py"
+    append_line(model, "# my own line")
+    (project / ".pre-commit-config.yaml").unlink()
+    commit_all(project, "my model; deleted a template file by mistake")
+    update(project)
+    assert not (project / ".pre-commit-config.yaml").exists()  # update keeps deletions
+
+    # The escape hatch of docs/updating.md: recopy, then take back your own files from git.
+    copier.run_recopy(str(project), overwrite=True, unsafe=True, defaults=True, quiet=True)
+    assert (project / ".pre-commit-config.yaml").read_text().startswith(HEADER)
+    assert "# my own line" not in model.read_text()
+    git(project, "checkout", "HEAD", "--", f"src/{PACKAGE}/model.py")
+    assert model.read_text().endswith("# my own line\n")
+
+
+@pytest.mark.parametrize(
+    ("answers_text", "message"),
+    [
+        (None, "not found"),
+        ("ci: none\nci_provider: github\n", "holds both 'ci' and 'ci_provider'"),
+    ],
+)
+def test_rename_answer_refuses_what_it_cannot_do_safely(tmp_path, answers_text, message):
+    if answers_text is not None:
+        (tmp_path / ".copier-answers.yml").write_text(answers_text)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "hooks" / "migrations.py"),
+            "rename-answer",
+            "ci",
+            "ci_provider",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 1
+    assert message in result.stderr
+    if answers_text is not None:
+        assert (tmp_path / ".copier-answers.yml").read_text() == answers_text
