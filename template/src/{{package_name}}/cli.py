@@ -20,6 +20,7 @@ from lightning.pytorch.utilities.model_helpers import is_overridden
 
 from .inspect_ckpt import inspect_checkpoint
 from .paths import DEFAULT_CONFIG, project_path
+from .precision import precision_trainer_kwargs
 
 TRAINER_COMMANDS = ("fit", "validate", "test", "predict")
 TOOLS: dict[str, Callable[[Sequence[str]], int]] = {
@@ -57,6 +58,8 @@ class ProjectCLI(LightningCLI):
       from the ModelCheckpoint state stored in `<root>/checkpoints/last.ckpt`.
     - After `fit`, the best checkpoint is tested when the module and data define a test
       step (`--test_after_fit false` to skip), then a summary is printed.
+    - Precision and strategy are checked against the accelerator before the Trainer is
+      built (`precision.py`): real float16 on CPU, a clear stop for what cannot run here.
     """
 
     def __init__(self, args: Sequence[str] | None = None, **kwargs) -> None:
@@ -98,6 +101,8 @@ class ProjectCLI(LightningCLI):
             config.ckpt_path = str(_best_checkpoint(root / "checkpoints"))
 
     def instantiate_trainer(self, **kwargs) -> Trainer:
+        trainer_config = {**self._get(self.config_init, "trainer", default={}), **kwargs}
+        kwargs.update(precision_trainer_kwargs(trainer_config))
         trainer = super().instantiate_trainer(**kwargs)
         for callback in trainer.checkpoint_callbacks:
             if isinstance(callback, ModelCheckpoint) and callback.dirpath is None:
