@@ -119,7 +119,8 @@ class ProjectCLI(LightningCLI):
         ):
             best = checkpoint.best_model_path if isinstance(checkpoint, ModelCheckpoint) else ""
             trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best or None)
-        _print_summary(trainer)
+        # log_dir is a collective call under DDP: every rank asks, only rank 0 prints.
+        _print_summary(trainer, trainer.log_dir)
 
 
 def _root_loggers(logger_config, root: Path) -> None:
@@ -148,11 +149,11 @@ def _best_checkpoint(checkpoint_dir: Path) -> Path:
 
 
 @rank_zero_only
-def _print_summary(trainer: Trainer) -> None:
+def _print_summary(trainer: Trainer, log_dir: str | None) -> None:
     checkpoint = trainer.checkpoint_callback
     lines = [f"run root        {trainer.default_root_dir}"]
-    if trainer.log_dir:
-        lines.append(f"logs            {trainer.log_dir}")
+    if log_dir:
+        lines.append(f"logs            {log_dir}")
     lines.append(f"trained         {trainer.current_epoch} epochs, {trainer.global_step} steps")
     if isinstance(checkpoint, ModelCheckpoint):
         if checkpoint.best_model_path:
