@@ -49,6 +49,8 @@ class Probe(L.Callback):
             deterministic=torch.are_deterministic_algorithms_enabled(),
             anomaly_detection=torch.is_anomaly_enabled(),
             callbacks=[type(callback).__name__ for callback in trainer.callbacks],
+            lr=trainer.optimizers[0].param_groups[0]["lr"],
+            initial_lr=trainer.optimizers[0].param_groups[0].get("initial_lr"),
         )
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:

@@ -181,4 +181,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         commands = ", ".join([*TRAINER_COMMANDS, *TOOLS])
         sys.exit(f"error: unknown command {argv[0]!r}. Commands: {commands}.")
     ProjectCLI(args=argv)
+    _close_process_group()
     return 0
+
+
+def _close_process_group() -> None:
+    """Shut down DDP's process group before the process exits.
+
+    Lightning leaves it open; a process that exits with a live gloo group can abort at
+    interpreter shutdown ("terminate called without an active exception", seen under
+    torchrun), turning a finished run into a failed one.
+    """
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
