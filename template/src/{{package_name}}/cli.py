@@ -20,7 +20,7 @@ from lightning.pytorch.utilities.model_helpers import is_overridden
 
 from .inspect_ckpt import inspect_checkpoint
 from .paths import DEFAULT_CONFIG, project_path
-from .precision import precision_trainer_kwargs
+from .precision import trainer_kwargs_for_accelerator
 
 TRAINER_COMMANDS = ("fit", "validate", "test", "predict")
 TOOLS: dict[str, Callable[[Sequence[str]], int]] = {
@@ -102,7 +102,7 @@ class ProjectCLI(LightningCLI):
 
     def instantiate_trainer(self, **kwargs) -> Trainer:
         trainer_config = {**self._get(self.config_init, "trainer", default={}), **kwargs}
-        kwargs.update(precision_trainer_kwargs(trainer_config))
+        kwargs.update(trainer_kwargs_for_accelerator(trainer_config))
         trainer = super().instantiate_trainer(**kwargs)
         for callback in trainer.checkpoint_callbacks:
             if isinstance(callback, ModelCheckpoint) and callback.dirpath is None:

@@ -8,8 +8,8 @@ module fills:
   no GradScaler). The fp16 preset then measures something else than it claims. Here
   `16-mixed` on CPU becomes Lightning's own MixedPrecision plugin with `device="cpu"` and a
   CPU GradScaler: real float16 autocast, with loss scaling, as on a GPU.
-- A precision or strategy the hardware cannot run (bfloat16 on a GPU without it, FSDP on
-  CPU) fails deep inside the first step or with a message that names no preset. Here it
+- A precision or strategy the hardware cannot run (bfloat16 on a GPU without it, FSDP or
+  SyncBatchNorm on CPU) fails deep inside the first step or with a message that names no preset. Here it
   stops before the Trainer is built, naming the preset to use instead.
 """
 
@@ -41,7 +41,7 @@ def resolve_accelerator(flag: str | Accelerator | None) -> str:
     return flag
 
 
-def precision_trainer_kwargs(trainer_config: dict[str, Any]) -> dict[str, Any]:
+def trainer_kwargs_for_accelerator(trainer_config: dict[str, Any]) -> dict[str, Any]:
     """Trainer arguments that replace or complete `trainer_config` for its accelerator.
 
     Exits with a one-paragraph message when the precision or strategy cannot run here.
@@ -54,6 +54,12 @@ def precision_trainer_kwargs(trainer_config: dict[str, Any]) -> dict[str, Any]:
             "when there is one; check the CUDA build of torch and CUDA_VISIBLE_DEVICES."
         )
     _check_devices(trainer_config.get("devices", "auto"), device)
+    if trainer_config.get("sync_batchnorm") and device == "cpu":
+        sys.exit(
+            "error: --trainer.sync_batchnorm true: torch's SyncBatchNorm runs on GPUs only, "
+            "and this run is on 'cpu'. Set it to false here (configs/presets/ddp.yaml); on "
+            "CPU each process keeps its own BatchNorm statistics."
+        )
     precision = str(trainer_config.get("precision") or "32-true")
     strategy = trainer_config.get("strategy")
     if _is_fsdp(strategy) and device != "cuda":
