@@ -20,6 +20,7 @@ from lightning.pytorch.utilities.model_helpers import is_overridden
 
 from .inspect_ckpt import inspect_checkpoint
 from .paths import DEFAULT_CONFIG, project_path
+from .precision import trainer_kwargs_for_accelerator
 
 TRAINER_COMMANDS = ("fit", "validate", "test", "predict")
 TOOLS: dict[str, Callable[[Sequence[str]], int]] = {
@@ -57,6 +58,8 @@ class ProjectCLI(LightningCLI):
       from the ModelCheckpoint state stored in `<root>/checkpoints/last.ckpt`.
     - After `fit`, the best checkpoint is tested when the module and data define a test
       step (`--test_after_fit false` to skip), then a summary is printed.
+    - Precision and strategy are checked against the accelerator before the Trainer is
+      built (`precision.py`): real float16 on CPU, a clear stop for what cannot run here.
     """
 
     def __init__(self, args: Sequence[str] | None = None, **kwargs) -> None:
@@ -98,6 +101,8 @@ class ProjectCLI(LightningCLI):
             config.ckpt_path = str(_best_checkpoint(root / "checkpoints"))
 
     def instantiate_trainer(self, **kwargs) -> Trainer:
+        trainer_config = {**self._get(self.config_init, "trainer", default={}), **kwargs}
+        kwargs.update(trainer_kwargs_for_accelerator(trainer_config))
         trainer = super().instantiate_trainer(**kwargs)
         for callback in trainer.checkpoint_callbacks:
             if isinstance(callback, ModelCheckpoint) and callback.dirpath is None:
@@ -114,7 +119,8 @@ class ProjectCLI(LightningCLI):
         ):
             best = checkpoint.best_model_path if isinstance(checkpoint, ModelCheckpoint) else ""
             trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best or None)
-        _print_summary(trainer)
+        # log_dir is a collective call under DDP: every rank asks, only rank 0 prints.
+        _print_summary(trainer, trainer.log_dir)
 
 
 def _root_loggers(logger_config, root: Path) -> None:
@@ -143,11 +149,11 @@ def _best_checkpoint(checkpoint_dir: Path) -> Path:
 
 
 @rank_zero_only
-def _print_summary(trainer: Trainer) -> None:
+def _print_summary(trainer: Trainer, log_dir: str | None) -> None:
     checkpoint = trainer.checkpoint_callback
     lines = [f"run root        {trainer.default_root_dir}"]
-    if trainer.log_dir:
-        lines.append(f"logs            {trainer.log_dir}")
+    if log_dir:
+        lines.append(f"logs            {log_dir}")
     lines.append(f"trained         {trainer.current_epoch} epochs, {trainer.global_step} steps")
     if isinstance(checkpoint, ModelCheckpoint):
         if checkpoint.best_model_path:
@@ -175,4 +181,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         commands = ", ".join([*TRAINER_COMMANDS, *TOOLS])
         sys.exit(f"error: unknown command {argv[0]!r}. Commands: {commands}.")
     ProjectCLI(args=argv)
+    _close_process_group()
     return 0
+
+
+def _close_process_group() -> None:
+    """Shut down DDP's process group before the process exits.
+
+    Lightning leaves it open; a process that exits with a live gloo group can abort at
+    interpreter shutdown ("terminate called without an active exception", seen under
+    torchrun), turning a finished run into a failed one.
+    """
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()

@@ -64,14 +64,14 @@ class ImageClassifier(L.LightningModule):
         images, labels = batch
         logits = self(images)
         self.val_acc(logits, labels)
-        self.log("val/loss", F.cross_entropy(logits, labels), prog_bar=True)
+        self.log("val/loss", F.cross_entropy(logits, labels), prog_bar=True, sync_dist=True)
         self.log("val/acc", self.val_acc, prog_bar=True)
 
     def test_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         images, labels = batch
         logits = self(images)
         self.test_acc(logits, labels)
-        self.log("test/loss", F.cross_entropy(logits, labels))
+        self.log("test/loss", F.cross_entropy(logits, labels), sync_dist=True)
         self.log("test/acc", self.test_acc)
 
     def predict_step(
