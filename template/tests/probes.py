@@ -1,3 +1,4 @@
+# Managed by the template; local edits are merged on update.
 """A callback that reports, from inside a run, what the run really did.
 
 Tests append it with `--trainer.callbacks+=` (in-process or in subprocesses, with this
