@@ -9,6 +9,7 @@ and exits non-zero when the runs differ. Any further arguments go to both `fit` 
 """
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -60,7 +61,9 @@ def compare_checkpoints(a: dict, b: dict) -> str | None:
 def _train(steps: int, root: Path, fit_args: Sequence[str]) -> Path:
     final = root / "final.ckpt"
     command = [sys.executable, "-m", __name__, str(steps), str(root), *fit_args]
-    subprocess.run(command, check=True)
+    # A fresh process inherits no seed: seed_everything would reuse PL_GLOBAL_SEED.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PL_")}
+    subprocess.run(command, check=True, env=env)
     return final
 
 
@@ -96,7 +99,7 @@ def _child(steps: int, root: Path, fit_args: Sequence[str]) -> None:
             "--test_after_fit=false",
         ]
     )
-    cli.trainer.save_checkpoint(root / "final.ckpt")
+    cli.trainer.save_checkpoint(root / "final.ckpt", weights_only=False)
 
 
 if __name__ == "__main__":

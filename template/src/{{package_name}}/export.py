@@ -1,9 +1,9 @@
 # Managed by the template; local edits are merged on update.
 """`export CKPT`: the weights to safetensors and the network to ONNX, both verified.
 
-The model is built from the same config as `fit` (default config plus any arguments after
-`--`), the checkpoint's weights are loaded, and a sample batch is run three ways: eager,
-from the reloaded safetensors weights, and through onnxruntime. The max abs difference
+The model and data module are rebuilt from the classes and hyperparameters the checkpoint
+records (any LightningModule trained through the CLI), and a sample batch is run three
+ways: eager, from the reloaded safetensors weights, and through onnxruntime. The max abs difference
 of each against eager is printed; the command exits non-zero above `--tolerance`.
 The sample batch is the module's `example_input_array` or else the first validation
 batch's inputs. ONNX needs the `export` extra: `pip install -e ".[export]"`.
@@ -11,21 +11,41 @@ batch's inputs. ONNX needs the `export` extra: `pip install -e ".[export]"`.
 
 import argparse
 import copy
+import importlib
 import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+from lightning.pytorch import LightningDataModule, LightningModule
 
 from .inspect_ckpt import load_checkpoint
 from .paths import project_path
+
+
+def rebuild(path: Path, checkpoint: dict) -> tuple[LightningModule, LightningDataModule | None]:
+    """The module (and data module, when recorded) of a CLI-trained checkpoint, with its weights."""
+    for key in ("hyper_parameters", "datamodule_hyper_parameters"):
+        class_path = checkpoint.get(key, {}).get("_class_path")
+        if class_path:  # Lightning only builds classes that are already imported
+            importlib.import_module(class_path.rsplit(".", 1)[0])
+    model = LightningModule.load_from_checkpoint(path, map_location="cpu", weights_only=True)
+    datamodule = None
+    if checkpoint.get("datamodule_hyper_parameters", {}).get("_class_path"):
+        datamodule = LightningDataModule.load_from_checkpoint(path, weights_only=True)
+    return model, datamodule
 
 
 def sample_inputs(model, datamodule) -> torch.Tensor:
     example = getattr(model, "example_input_array", None)
     if isinstance(example, torch.Tensor):
         return example
+    if datamodule is None:
+        sys.exit(
+            "error: export needs a sample batch: set `self.example_input_array` in the "
+            "module, or train with a DataModule so its validation data can be used."
+        )
     datamodule.prepare_data()
     datamodule.setup("validate")
     batch = next(iter(datamodule.val_dataloader()))
@@ -69,17 +89,12 @@ def export(argv: Sequence[str]) -> int:
     parser.add_argument("checkpoint", type=Path, help="a .ckpt file")
     parser.add_argument("--output", type=Path, help="folder (default: next to the checkpoint)")
     parser.add_argument("--tolerance", type=float, default=1e-4, help="max abs difference")
-    parser.add_argument("fit_args", nargs="*", help="model/data arguments as for fit (after --)")
     args = parser.parse_args(argv)
-    from .cli import ProjectCLI
-
     path = project_path(args.checkpoint)
+    model, datamodule = rebuild(path, load_checkpoint(path))
     checkpoint = load_checkpoint(path)
-    cli = ProjectCLI(args=["fit", *args.fit_args, "--trainer.logger=false"], run=False)
-    model = cli.model
-    model.load_state_dict(checkpoint["state_dict"])
     model.eval()
-    inputs = sample_inputs(model, cli.datamodule).cpu()
+    inputs = sample_inputs(model, datamodule).cpu()
     output = args.output or path.parent
     output.mkdir(parents=True, exist_ok=True)
     with torch.inference_mode():

@@ -214,4 +214,4 @@ class InterruptCheckpoint(L.Callback):
         if not interrupted or trainer.state.fn != TrainerFn.FITTING:
             return
         folder = Path(self.dirpath or Path(trainer.default_root_dir) / "checkpoints")
-        trainer.save_checkpoint(folder / "last.ckpt")
+        trainer.save_checkpoint(folder / "last.ckpt", weights_only=False)
