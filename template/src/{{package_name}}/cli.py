@@ -23,7 +23,7 @@ from .checkpoint_io import AtomicCheckpointIO
 from .determinism import verify_determinism
 from .export import export
 from .finetune import InitFromWeights
-from .inspect_ckpt import explain_state_dict_mismatch, inspect_checkpoint
+from .inspect_ckpt import explain_state_dict_mismatch, inspect_checkpoint, load_checkpoint
 from .paths import DEFAULT_CONFIG, project_path
 from .provenance import CheckpointProvenance
 from .resume import InterruptCheckpoint
@@ -93,6 +93,7 @@ class ProjectCLI(LightningCLI):
         )
 
     def _run_subcommand(self, subcommand: str) -> None:
+        # torch's key-mismatch error is one long line; say which keys and why instead.
         try:
             super()._run_subcommand(subcommand)
         except RuntimeError as error:
@@ -181,8 +182,7 @@ def _continue_wandb_run(logger_config, ckpt_path: str, checkpoint_dir: Path) -> 
     ]
     if not wandb_entries or not path.is_file():
         return
-    recorded = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    run_id = (recorded.get("provenance") or {}).get("loggers", {}).get("WandbLogger")
+    run_id = (load_checkpoint(path).get("provenance") or {}).get("loggers", {}).get("WandbLogger")
     for init_args in wandb_entries:
         if run_id and not init_args.get("id"):
             init_args.id = run_id
