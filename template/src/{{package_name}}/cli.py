@@ -15,16 +15,25 @@ from jsonargparse import Namespace
 from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
-from .inspect_ckpt import inspect_checkpoint
+from .checkpoint_io import AtomicCheckpointIO
+from .determinism import verify_determinism
+from .export import export
+from .finetune import InitFromWeights
+from .inspect_ckpt import explain_state_dict_mismatch, inspect_checkpoint, load_checkpoint
 from .paths import DEFAULT_CONFIG, project_path
 from .precision import trainer_kwargs_for_accelerator
+from .provenance import CheckpointProvenance
+from .resume import InterruptCheckpoint
 
 TRAINER_COMMANDS = ("fit", "validate", "test", "predict")
 TOOLS: dict[str, Callable[[Sequence[str]], int]] = {
     "inspect-ckpt": inspect_checkpoint,
+    "verify-determinism": verify_determinism,
+    "export": export,
 }
 
 
@@ -60,6 +69,9 @@ class ProjectCLI(LightningCLI):
       step (`--test_after_fit false` to skip), then a summary is printed.
     - Precision and strategy are checked against the accelerator before the Trainer is
       built (`precision.py`): real float16 on CPU, a clear stop for what cannot run here.
+    - Every checkpoint is saved atomically (`AtomicCheckpointIO`) and carries the resolved
+      config in its provenance record; a resumed wandb run continues the same run id.
+    - `fit --init_from PATH [--freeze NAME ...]` starts from another run's weights.
     """
 
     def __init__(self, args: Sequence[str] | None = None, **kwargs) -> None:
@@ -83,12 +95,32 @@ class ProjectCLI(LightningCLI):
             **kwargs,
         )
 
+    def _run_subcommand(self, subcommand: str) -> None:
+        # torch's key-mismatch error is one long line; say which keys and why instead.
+        try:
+            super()._run_subcommand(subcommand)
+        except RuntimeError as error:
+            explain_state_dict_mismatch(error, self.config[subcommand].get("ckpt_path"))
+            raise
+
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument(
             "--test_after_fit",
             type=bool,
             default=True,
             help="After fit, test the best checkpoint (when the module defines test_step).",
+        )
+        parser.add_argument(
+            "--init_from",
+            type=str | None,
+            default=None,
+            help="fit only: start from the weights of this .ckpt or .safetensors file.",
+        )
+        parser.add_argument(
+            "--freeze",
+            type=list[str],
+            default=[],
+            help="with --init_from: submodules to freeze, e.g. [net.0, net.1].",
         )
 
     def parse_arguments(self, parser: LightningArgumentParser, args) -> None:
@@ -99,14 +131,27 @@ class ProjectCLI(LightningCLI):
         _root_loggers(config.trainer.logger, root)
         if config.get("ckpt_path") == "best" and self.config.subcommand != "fit":
             config.ckpt_path = str(_best_checkpoint(root / "checkpoints"))
+        if self.config.subcommand == "fit" and config.get("ckpt_path"):
+            _continue_wandb_run(config.trainer.logger, config.ckpt_path, root / "checkpoints")
 
     def instantiate_trainer(self, **kwargs) -> Trainer:
         trainer_config = {**self._get(self.config_init, "trainer", default={}), **kwargs}
         kwargs.update(trainer_kwargs_for_accelerator(trainer_config))
         trainer = super().instantiate_trainer(**kwargs)
-        for callback in trainer.checkpoint_callbacks:
-            if isinstance(callback, ModelCheckpoint) and callback.dirpath is None:
-                callback.dirpath = os.path.join(trainer.default_root_dir, "checkpoints")
+        checkpoint_dir = os.path.join(trainer.default_root_dir, "checkpoints")
+        for callback in trainer.callbacks:
+            if isinstance(callback, ModelCheckpoint | InterruptCheckpoint) and not callback.dirpath:
+                callback.dirpath = checkpoint_dir
+            if isinstance(callback, CheckpointProvenance):
+                subcommand = self.config.subcommand
+                callback.config_yaml = self._parser(subcommand).dump(
+                    self.config[subcommand], skip_none=False
+                )
+        if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
+            trainer.strategy.checkpoint_io = AtomicCheckpointIO()
+        config = self.config[self.config.subcommand]
+        if config.get("init_from"):
+            trainer.callbacks.append(InitFromWeights(project_path(config.init_from), config.freeze))
         return trainer
 
     def after_fit(self) -> None:
@@ -130,6 +175,24 @@ def _root_loggers(logger_config, root: Path) -> None:
         init_args = entry.get("init_args") if isinstance(entry, Namespace) else None
         if init_args is not None and "save_dir" in init_args and init_args.save_dir is None:
             init_args.save_dir = str(root)
+
+
+def _continue_wandb_run(logger_config, ckpt_path: str, checkpoint_dir: Path) -> None:
+    """Resuming a fit logs to the wandb run of the checkpoint, not to a new run."""
+    path = checkpoint_dir / "last.ckpt" if ckpt_path == "last" else project_path(ckpt_path)
+    entries = logger_config if isinstance(logger_config, list) else [logger_config]
+    wandb_entries = [
+        entry.init_args
+        for entry in entries
+        if isinstance(entry, Namespace) and str(entry.get("class_path", "")).endswith("WandbLogger")
+    ]
+    if not wandb_entries or not path.is_file():
+        return
+    run_id = (load_checkpoint(path).get("provenance") or {}).get("loggers", {}).get("WandbLogger")
+    for init_args in wandb_entries:
+        if run_id and not init_args.get("id"):
+            init_args.id = run_id
+            init_args.resume = "allow"
 
 
 def _best_checkpoint(checkpoint_dir: Path) -> Path:

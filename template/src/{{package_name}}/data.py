@@ -10,6 +10,7 @@ per-channel means stays at chance (1 / num_classes) while a small CNN learns the
 orientation. It is generated offline from a seed: nothing is downloaded.
 """
 
+import hashlib
 import json
 import math
 import os
@@ -18,9 +19,10 @@ from pathlib import Path
 import lightning as L
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
 from .paths import project_path
+from .resume import ResumableDataLoader, run_seed
 
 SPLITS = ("train", "val", "test")
 
@@ -56,21 +58,32 @@ class GratingsDataset(Dataset):
     """One split on disk (`<split>_images.npy`, `<split>_labels.npy`), read lazily.
 
     The arrays are memory-mapped on first access, in the process that reads them, so
-    DataLoader workers share the page cache instead of pickling copies.
+    DataLoader workers share the page cache instead of pickling copies. With
+    `augment_seed`, each image is randomly shifted and turned by 180 degrees (which keeps
+    its orientation); the draw depends only on (seed, epoch, index), so it is the same in
+    any worker and after a resume. The shuffling loader passes `(epoch, index)` keys.
     """
 
-    def __init__(self, root: Path, split: str) -> None:
+    def __init__(self, root: Path, split: str, augment_seed: int | None = None) -> None:
         self.images_path = root / f"{split}_images.npy"
         self.labels = np.load(root / f"{split}_labels.npy")
+        self.augment_seed = augment_seed
         self._images: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.labels)
 
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+    def __getitem__(self, key: int | tuple[int, int]) -> tuple[torch.Tensor, int]:
+        epoch, index = key if isinstance(key, tuple) else (0, key)
         if self._images is None:
             self._images = np.load(self.images_path, mmap_mode="r")
         image = torch.from_numpy(self._images[index].astype(np.float32))
+        if self.augment_seed is not None:
+            rng = np.random.default_rng((self.augment_seed, epoch, index))
+            shift = rng.integers(-2, 3, size=2).tolist()
+            image = torch.roll(image, shifts=shift, dims=(1, 2))
+            if rng.random() < 0.5:
+                image = image.flip(1, 2)
         # Per-image, per-channel standardisation: removes the colour and brightness cues.
         mean = image.mean(dim=(1, 2), keepdim=True)
         std = image.std(dim=(1, 2), keepdim=True).clamp_min(1e-6)
@@ -84,6 +97,7 @@ class GratingsDataModule(L.LightningDataModule):
         data_dir: where the generated arrays live (relative paths are relative to the project).
         batch_size: samples per batch and per device.
         num_workers: DataLoader worker processes (0 loads in the main process).
+        augment: randomly shift and turn the training images (see GratingsDataset).
         num_classes: number of orientations to tell apart.
         image_size: side of the square images, in pixels.
         train_size, val_size, test_size: images per split.
@@ -96,6 +110,7 @@ class GratingsDataModule(L.LightningDataModule):
         data_dir: str = "data/gratings",
         batch_size: int = 64,
         num_workers: int = 0,
+        augment: bool = True,
         num_classes: int = 8,
         image_size: int = 32,
         train_size: int = 4096,
@@ -113,6 +128,14 @@ class GratingsDataModule(L.LightningDataModule):
         """What the files on disk were generated from; a different recipe regenerates them."""
         keys = ("num_classes", "image_size", "train_size", "val_size", "test_size", "data_seed")
         return {"version": 1, **{key: self.hparams[key] for key in keys}}
+
+    def fingerprint(self) -> dict:
+        """What checkpoints record about the data (see provenance.py): recipe hash, split seed."""
+        recipe = json.dumps(self._recipe(), sort_keys=True).encode()
+        return {
+            "recipe_sha256": hashlib.sha256(recipe).hexdigest(),
+            "split_seed": self.hparams.data_seed,
+        }
 
     def prepare_data(self) -> None:
         recipe_path = self.root / "recipe.json"
@@ -134,10 +157,13 @@ class GratingsDataModule(L.LightningDataModule):
     def setup(self, stage: str) -> None:
         for split in SPLITS:
             if split not in self.datasets:
-                self.datasets[split] = GratingsDataset(self.root, split)
+                augment = self.hparams.augment and split == "train"
+                seed = run_seed() if augment else None
+                self.datasets[split] = GratingsDataset(self.root, split, augment_seed=seed)
 
-    def _loader(self, split: str, shuffle: bool) -> DataLoader:
-        return DataLoader(
+    def _loader(self, split: str, shuffle: bool) -> ResumableDataLoader:
+        # Resumes mid-epoch in the same order (see resume.py); otherwise a plain DataLoader.
+        return ResumableDataLoader(
             self.datasets[split],
             batch_size=self.hparams.batch_size,
             shuffle=shuffle,
@@ -145,16 +171,16 @@ class GratingsDataModule(L.LightningDataModule):
             persistent_workers=self.hparams.num_workers > 0,
         )
 
-    def train_dataloader(self) -> DataLoader:
+    def train_dataloader(self) -> ResumableDataLoader:
         return self._loader("train", shuffle=True)
 
-    def val_dataloader(self) -> DataLoader:
+    def val_dataloader(self) -> ResumableDataLoader:
         return self._loader("val", shuffle=False)
 
-    def test_dataloader(self) -> DataLoader:
+    def test_dataloader(self) -> ResumableDataLoader:
         return self._loader("test", shuffle=False)
 
-    def predict_dataloader(self) -> DataLoader:
+    def predict_dataloader(self) -> ResumableDataLoader:
         return self._loader("test", shuffle=False)
 
 

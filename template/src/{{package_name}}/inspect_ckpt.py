@@ -1,8 +1,14 @@
 # Managed by the template; local edits are merged on update.
-"""`inspect-ckpt PATH`: what a checkpoint holds, without building the model."""
+"""`inspect-ckpt PATH`: what a checkpoint holds, without building the model.
+
+It prints the counters, versions, hyperparameters and the provenance record (commit,
+versions, seed, dataset, config: see provenance.py); `--config` prints the resolved config
+the run was started with, as YAML.
+"""
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -41,12 +47,53 @@ def summarize(checkpoint: dict) -> dict:
         "callbacks": sorted(checkpoint.get("callbacks", {})),
         "tensors": len(state),
         "parameters": sum(t.numel() for t in state.values() if isinstance(t, torch.Tensor)),
+        "provenance": {
+            key: value
+            for key, value in (checkpoint.get("provenance") or {}).items()
+            if key != "config"
+        },
     }
 
 
 def inspect_checkpoint(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="inspect-ckpt", description=__doc__)
     parser.add_argument("path", type=Path, help="a .ckpt file")
+    parser.add_argument("--config", action="store_true", help="print the run's resolved config")
     args = parser.parse_args(argv)
-    print(json.dumps(summarize(load_checkpoint(args.path)), indent=2, default=str))
+    checkpoint = load_checkpoint(args.path)
+    if args.config:
+        config = (checkpoint.get("provenance") or {}).get("config")
+        print(config or f"{args.path} records no config (no CheckpointProvenance record).")
+    else:
+        print(json.dumps(summarize(checkpoint), indent=2, default=str))
     return 0
+
+
+def explain_state_dict_mismatch(error: RuntimeError, ckpt_path: str | None) -> None:
+    """Turn torch's key-mismatch error into a one-paragraph exit listing the keys, with hints."""
+    message = str(error)
+    if "Error(s) in loading state_dict" not in message:
+        return
+    found = {
+        kind: re.findall(r'"([^"]+)"', match.group(1))
+        for kind in ("Missing", "Unexpected")
+        if (match := re.search(rf"{kind} key\(s\) in state_dict: (.*?)(?:\.\s|$)", message, re.S))
+    }
+    missing, unexpected = found.get("Missing", []), found.get("Unexpected", [])
+    hints = []
+    if any("_orig_mod." in key for key in unexpected):
+        hints.append(
+            "the checkpoint was saved from a torch.compile'd module (`_orig_mod.` keys): save "
+            "the uncompiled module, or strip the prefix"
+        )
+    if missing and unexpected:
+        hints.append("a renamed or moved submodule shows up as the same names on both lists")
+    if "size mismatch" in message:
+        hints.append("some shapes differ: a changed layer size (e.g. num_classes)")
+    sys.exit(
+        f"error: the weights in {ckpt_path or 'the checkpoint'} do not fit the model. "
+        f"Missing in the checkpoint ({len(missing)}): {', '.join(missing) or '-'}. "
+        f"Unexpected in the checkpoint ({len(unexpected)}): {', '.join(unexpected) or '-'}. "
+        f"Hint: {'; '.join(hints) or 'check that the model config matches the run that saved it'}. "
+        "To start from partly matching weights instead, use `fit --init_from PATH`."
+    )

@@ -1,0 +1,54 @@
+"""A callback that kills its own process at a chosen point of training, for resume tests.
+
+Killing from inside makes the point exact (a step, a hook, the middle of a checkpoint
+write) where a kill from outside would land wherever the timing put it. SIGKILL is what a
+crash, the OOM killer or `kill -9` does: no handler runs, nothing is flushed.
+"""
+
+import os
+import signal
+
+import lightning as L
+
+
+class KillAt(L.Callback):
+    """Sends `sig` to this process at `point` when `trainer.global_step == step`.
+
+    Points: `train_batch` (before a training batch), `epoch_start` (after the previous
+    epoch's validation and checkpoints), `validation` (before the second validation batch),
+    `save` (inside the checkpoint writer, after half the file is written, before the
+    rename), `after_batch` (after a training batch: how SIGTERM is tested).
+    """
+
+    def __init__(self, point: str, step: int, sig: str = "SIGKILL") -> None:
+        self.point, self.step, self.signal = point, step, getattr(signal, sig)
+
+    def _fire(self, trainer: L.Trainer, point: str) -> None:
+        if point == self.point and trainer.global_step == self.step:
+            os.kill(os.getpid(), self.signal)
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self.point != "save":
+            return
+        fsync = os.fsync
+
+        def fsync_then_die(fd: int) -> None:
+            if trainer.global_step == self.step:
+                os.ftruncate(fd, os.fstat(fd).st_size // 2)  # a write cut short
+                os.kill(os.getpid(), self.signal)
+            fsync(fd)
+
+        os.fsync = fsync_then_die
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self._fire(trainer, "train_batch")
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self._fire(trainer, "after_batch")
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        self._fire(trainer, "epoch_start")
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+        if batch_idx == 1 and not trainer.sanity_checking:
+            self._fire(trainer, "validation")
