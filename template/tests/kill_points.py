@@ -1,3 +1,4 @@
+# Managed by the template; local edits are merged on update.
 """A callback that kills its own process at a chosen point of training, for resume tests.
 
 Killing from inside makes the point exact (a step, a hook, the middle of a checkpoint
