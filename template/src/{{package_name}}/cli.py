@@ -18,11 +18,13 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveCon
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
+from .doctor import main as doctor
 from .inspect_ckpt import inspect_checkpoint
 from .paths import DEFAULT_CONFIG, project_path
 
 TRAINER_COMMANDS = ("fit", "validate", "test", "predict")
 TOOLS: dict[str, Callable[[Sequence[str]], int]] = {
+    "doctor": doctor,
     "inspect-ckpt": inspect_checkpoint,
 }
 
