@@ -68,10 +68,14 @@ def format_table(results: dict[str, Result]) -> str:
     width = max(len(CHECKS[check_id].name) for check_id in results)
     lines = [f"{'ID':<6} {'check':<{width}} {'status':<6} detail / fix"]
     for check_id, result in results.items():
-        lines.append(f"{check_id:<6} {CHECKS[check_id].name:<{width}} {result.status:<6} {result.detail}")
+        lines.append(
+            f"{check_id:<6} {CHECKS[check_id].name:<{width}} {result.status:<6} {result.detail}"
+        )
         if result.fix:
             lines.append(f"{'':<6} {'':<{width}} {'':<6} fix: {result.fix}")
-    counts = {status: sum(r.status == status for r in results.values()) for status in (PASS, WARN, FAIL)}
+    counts = {
+        status: sum(r.status == status for r in results.values()) for status in (PASS, WARN, FAIL)
+    }
     lines.append(f"\n{counts[PASS]} pass, {counts[WARN]} warn, {counts[FAIL]} fail")
     return "\n".join(lines)
 

@@ -12,7 +12,9 @@ from .context import Context, init_args
 from .registry import Result, check, failed, passed, warned
 
 MIN_COMPILE_TORCH = (2, 4)  # in-place `module.compile()` and the callback's options
-FIX_PRECISION = "on CPU use `--trainer.precision bf16-mixed`, or configs/presets/fp16.yaml for real fp16"
+FIX_PRECISION = (
+    "on CPU use `--trainer.precision bf16-mixed`, or configs/presets/fp16.yaml for real fp16"
+)
 
 
 @check("DR001", "seed-set")
@@ -39,7 +41,8 @@ def deterministic_consistent(context: Context) -> Result:
             "drop `trainer.benchmark` (Lightning turns it off under deterministic) or set it false",
         )
     autotuned = [
-        e for e in context.callbacks_named("TorchCompile")
+        e
+        for e in context.callbacks_named("TorchCompile")
         if str(init_args(e).get("mode")).startswith("max-autotune")
     ]
     if deterministic and autotuned:
@@ -70,16 +73,19 @@ def dataloader_workers(context: Context) -> Result:
             f"num_workers: {workers} x {processes} training process(es) = "
             f"{int(workers) * processes} loader processes for {cpus} usable CPU cores: "
             "they compete with training and with each other",
-            f"`--data.init_args.num_workers auto`, or at most {max(cpus // processes - 1, 0)}",
+            f"`--data.init_args.num_workers {max(cpus // processes - 1, 0)}` (one core per "
+            "process stays free for training), or `auto` where the data module accepts it",
         )
     if workers == 0 and cpus >= 4:
         return warned(
             f"num_workers: 0 loads every batch in the training process ({cpus} cores idle)",
-            "`--data.init_args.num_workers auto` (or a few workers) if the GPU waits for data",
+            "a few workers (`--data.init_args.num_workers 4`, or `auto`) if the device waits for data",
         )
-    if workers and context.machine.system in ("Windows", "Darwin") and args.get(
-        "persistent_workers"
-    ) is False:
+    if (
+        workers
+        and context.machine.system in ("Windows", "Darwin")
+        and args.get("persistent_workers") is False
+    ):
         return warned(
             f"{context.machine.system} starts workers with spawn: without persistent_workers each "
             "epoch re-imports torch in every worker",
@@ -170,7 +176,11 @@ def amp_grad_scaler(context: Context) -> Result:
             "away: Lightning refuses it",
             "remove the plugin's `scaler`",
         )
-    if precision == "16-mixed" and isinstance(scaler, dict) and init_args(scaler).get("enabled") is False:
+    if (
+        precision == "16-mixed"
+        and isinstance(scaler, dict)
+        and init_args(scaler).get("enabled") is False
+    ):
         return failed(
             "fp16 with a disabled GradScaler: small gradients underflow to zero",
             "remove `enabled: false` from the scaler (or the scaler: Lightning makes one)",
@@ -234,7 +244,9 @@ def ddp_devices(context: Context) -> Result:
     devices = trainer.get("devices", "auto")
     ids = devices if isinstance(devices, list) else []
     wanted = hardware.devices_per_node(context)
-    if available is not None and (any(int(i) >= available for i in ids) or (wanted or 0) > available):
+    if available is not None and (
+        any(int(i) >= available for i in ids) or (wanted or 0) > available
+    ):
         return failed(
             f"devices: {devices} but this machine has {available} {kind} device(s)",
             f"`--trainer.devices {available}` (or auto)",
@@ -313,7 +325,9 @@ def multinode_env(context: Context) -> Result:
 @check("DR010", "checkpoint-provenance")
 def checkpoint_provenance(context: Context) -> Result:
     if context.trainer.get("enable_checkpointing") is False:
-        return warned("checkpointing is off: this run keeps no weights", "drop enable_checkpointing: false")
+        return warned(
+            "checkpointing is off: this run keeps no weights", "drop enable_checkpointing: false"
+        )
     if context.callbacks_named("CheckpointProvenance"):
         return passed("checkpoints record the git commit, torch version and config")
     if context.provenance_class is None:

@@ -63,7 +63,9 @@ def is_distributed(context: Context) -> bool:
         return class_of(strategy) in DISTRIBUTED_CLASSES
     if str(strategy).startswith(DISTRIBUTED_PREFIXES):
         return True
-    return str(strategy) == "auto" and ((devices_per_node(context) or 1) > 1 or num_nodes(context) > 1)
+    return str(strategy) == "auto" and (
+        (devices_per_node(context) or 1) > 1 or num_nodes(context) > 1
+    )
 
 
 def precision_plugin(context: Context) -> dict | None:

@@ -24,7 +24,11 @@ Finding = tuple[ast.AST, str]  # node, what it is
 
 
 def _is_cuda(node: ast.AST) -> bool:
-    return isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("cuda")
+    return (
+        isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and node.value.startswith("cuda")
+    )
 
 
 def _call_name(call: ast.Call) -> str:
@@ -58,11 +62,18 @@ def manual_process_group(tree: ast.AST) -> Iterator[Finding]:
 def host_sync_in_training_step(tree: ast.AST) -> Iterator[Finding]:
     """`.item()`, `.cpu()`... inside training_step: each waits for the device every step."""
     for function in ast.walk(tree):
-        if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef) and function.name in HOT_PATHS:
+        if (
+            isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef)
+            and function.name in HOT_PATHS
+        ):
             for node in ast.walk(function):
-                if isinstance(node, ast.Call) and not node.args and _call_name(node) in HOST_SYNCS:
-                    if isinstance(node.func, ast.Attribute):
-                        yield node, f".{_call_name(node)}() in {function.name}"
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and not node.args
+                    and node.func.attr in HOST_SYNCS
+                ):
+                    yield node, f".{node.func.attr}() in {function.name}"
 
 
 @lru_cache(maxsize=512)
@@ -80,7 +91,9 @@ def _sources(context: Context) -> list[Path]:
     return sorted(p for folder in SCANNED for p in (context.root / folder).rglob("*.py"))
 
 
-def _scan(context: Context, check_id: str, finder: Callable[[ast.AST], Iterator[Finding]]) -> list[str]:
+def _scan(
+    context: Context, check_id: str, finder: Callable[[ast.AST], Iterator[Finding]]
+) -> list[str]:
     found = []
     for path in _sources(context):
         tree, lines = _parse(path, path.stat().st_mtime_ns)
@@ -135,7 +148,9 @@ def no_host_sync_in_training_step(context: Context) -> Result:
 
 def _git(root: Path, *args: str) -> subprocess.CompletedProcess | None:
     try:
-        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=False)
+        return subprocess.run(
+            ["git", "-C", str(root), *args], capture_output=True, text=True, check=False
+        )
     except FileNotFoundError:
         return None
 
