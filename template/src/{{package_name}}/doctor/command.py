@@ -17,8 +17,9 @@ import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from ..paths import PROJECT_ROOT
 from . import config_checks, source_checks  # noqa: F401  (importing registers the checks)
-from .context import Context, Machine
+from .context import Context, probe_machine
 from .registry import CHECKS, FAIL, PASS, WARN, Check, Result
 
 PACKAGE = __package__.rsplit(".", 1)[0]
@@ -85,8 +86,6 @@ def main(argv: Sequence[str]) -> int:
     if "-h" in argv or "--help" in argv:
         print(USAGE)
         return 0
-    from ..paths import PROJECT_ROOT
-
     if "--static" in argv:
         files = [arg for arg in argv if arg != "--static"]
         if any(arg.startswith("-") for arg in files):
@@ -111,7 +110,7 @@ def main(argv: Sequence[str]) -> int:
             provenance_class=provenance_class(),
         )
         compiles = bool(context.callbacks_named("TorchCompile"))
-        context = dataclasses.replace(context, machine=Machine.probe(with_compiler=compiles))
+        context = dataclasses.replace(context, machine=probe_machine(with_compiler=compiles))
         results = run_checks(context, CHECKS.values())
     print(format_table(results))
     return 1 if any(result.status == FAIL for result in results.values()) else 0

@@ -29,32 +29,31 @@ class Machine:
     dynamo_supported: bool | None = None  # probed only when a compile callback is configured
     compile_modes: frozenset[str] | None = None  # torch.compile modes this torch knows
 
-    @classmethod
-    def probe(cls, with_compiler: bool) -> "Machine":
-        import torch
 
-        cuda = torch.cuda.device_count()
-        dynamo_supported = compile_modes = None
-        if with_compiler:  # importing dynamo and inductor costs seconds: only when needed
-            import torch._dynamo
-            import torch._inductor
+def probe_machine(with_compiler: bool) -> Machine:
+    """This machine's facts; dynamo and inductor are imported only `with_compiler` (seconds)."""
+    import torch
 
-            dynamo_supported = torch._dynamo.is_dynamo_supported()
-            compile_modes = frozenset(torch._inductor.list_mode_options())
-        return cls(
-            system=platform.system(),
-            cpus=_usable_cpus(),
-            cuda_devices=cuda,
-            cuda_bf16=cuda > 0 and torch.cuda.is_bf16_supported(),
-            mps=torch.backends.mps.is_available(),
-            torch_version=torch.__version__.split("+")[0],
-            cxx=_cxx(),
-            modules=frozenset(
-                name for name in ("transformer_engine",) if importlib.util.find_spec(name)
-            ),
-            dynamo_supported=dynamo_supported,
-            compile_modes=compile_modes,
-        )
+    cuda = torch.cuda.device_count()
+    dynamo_supported = compile_modes = None
+    if with_compiler:
+        import torch._dynamo
+        import torch._inductor
+
+        dynamo_supported = torch._dynamo.is_dynamo_supported()
+        compile_modes = frozenset(torch._inductor.list_mode_options())
+    return Machine(
+        system=platform.system(),
+        cpus=_usable_cpus(),
+        cuda_devices=cuda,
+        cuda_bf16=cuda > 0 and torch.cuda.is_bf16_supported(),
+        mps=torch.backends.mps.is_available(),
+        torch_version=torch.__version__.split("+")[0],
+        cxx=_cxx(),
+        modules=frozenset(name for name in ("transformer_engine",) if importlib.util.find_spec(name)),
+        dynamo_supported=dynamo_supported,
+        compile_modes=compile_modes,
+    )
 
 
 def _usable_cpus() -> int:
@@ -66,9 +65,11 @@ def _usable_cpus() -> int:
 
 def _cxx() -> str | None:
     """The compiler inductor picks: $CXX, else the platform's usual names."""
-    names = [os.environ.get("CXX", ""), "cl"] if platform.system() == "Windows" else []
-    names = names or [os.environ.get("CXX", ""), "g++", "clang++", "c++"]
-    return next((found for name in names if name and (found := shutil.which(name))), None)
+    usual = ("cl",) if platform.system() == "Windows" else ("g++", "clang++", "c++")
+    for name in (os.environ.get("CXX"), *usual):
+        if name and (found := shutil.which(name)):
+            return found
+    return None
 
 
 @dataclass(frozen=True)
