@@ -50,7 +50,9 @@ def probe_machine(with_compiler: bool) -> Machine:
         mps=torch.backends.mps.is_available(),
         torch_version=torch.__version__.split("+")[0],
         cxx=_cxx(),
-        modules=frozenset(name for name in ("transformer_engine",) if importlib.util.find_spec(name)),
+        modules=frozenset(
+            name for name in ("transformer_engine",) if importlib.util.find_spec(name)
+        ),
         dynamo_supported=dynamo_supported,
         compile_modes=compile_modes,
     )
