@@ -14,15 +14,12 @@ from conftest import INSTALLABLE
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", INSTALLABLE)
-def test_generated_project_passes_its_own_tests(installed, name, tmp_path_factory):
+def test_generated_project_passes_its_own_tests(installed, name):
     project = installed(name)
-    # One pre-commit cache for every render: the hooks' environments are built once.
-    shared = tmp_path_factory.getbasetemp() / "pre-commit-home"
-    pre_commit_home = os.environ.get("PRE_COMMIT_HOME") or str(shared)
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
         cwd=project,
-        env={**os.environ, "WANDB_MODE": "offline", "PRE_COMMIT_HOME": pre_commit_home},
+        env={**os.environ, "WANDB_MODE": "offline"},
         capture_output=True,
         text=True,
     )
