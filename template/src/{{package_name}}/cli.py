@@ -22,6 +22,7 @@ from lightning.pytorch.utilities.model_helpers import is_overridden
 from .checkpoint_io import AtomicCheckpointIO
 from .determinism import verify_determinism
 from .export import export
+from .doctor import main as doctor
 from .finetune import InitFromWeights
 from .inspect_ckpt import explain_state_dict_mismatch, inspect_checkpoint, load_checkpoint
 from .paths import DEFAULT_CONFIG, project_path
@@ -31,6 +32,7 @@ from .resume import InterruptCheckpoint
 
 TRAINER_COMMANDS = ("fit", "validate", "test", "predict")
 TOOLS: dict[str, Callable[[Sequence[str]], int]] = {
+    "doctor": doctor,
     "inspect-ckpt": inspect_checkpoint,
     "verify-determinism": verify_determinism,
     "export": export,

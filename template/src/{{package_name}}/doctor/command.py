@@ -1,0 +1,116 @@
+# Managed by the template; local edits are merged on update.
+"""`doctor`: check a run's config, this machine and the code before spending compute.
+
+    python -m <package> doctor                                   # the default run
+    python -m <package> doctor --config configs/presets/ddp.yaml # same flags as fit
+    python -m <package>.doctor --static [FILE ...]               # source checks only (pre-commit)
+
+Prints one row per check (ID, pass / warn / fail, what was found, the fix) and exits 1 when
+any check fails. Nothing is trained, built or generated: the config is only parsed.
+"""
+
+import dataclasses
+import importlib.util
+import os
+import sys
+import warnings
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from ..paths import PROJECT_ROOT
+from . import config_checks, source_checks  # noqa: F401  (importing registers the checks)
+from .context import Context, probe_machine
+from .registry import CHECKS, FAIL, PASS, WARN, Check, Result
+
+PACKAGE = __package__.rsplit(".", 1)[0]
+USAGE = __doc__.replace("<package>", PACKAGE)
+
+
+class _Resolved(Exception):
+    """Carries the parsed config out of LightningCLI before it builds anything."""
+
+    def __init__(self, config: dict) -> None:
+        super().__init__("config resolved")
+        self.config = config
+
+
+def resolve_config(args: Sequence[str]) -> dict:
+    """The `fit` config these flags give, exactly as `fit` parses it, as plain data.
+
+    LightningCLI has no parse-only mode for its subcommands: the parse hook hands the
+    result out by raising, before seeding, instantiation or any data preparation.
+    """
+    from ..cli import ProjectCLI
+
+    class ParseOnly(ProjectCLI):
+        def parse_arguments(self, parser, args) -> None:
+            super().parse_arguments(parser, args)
+            raise _Resolved(self.config.fit.as_dict())
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
+        try:
+            ParseOnly(args=["fit", *args])
+        except _Resolved as resolved:
+            return resolved.config
+    raise RuntimeError("LightningCLI returned without parsing")  # parse_arguments always runs
+
+
+def provenance_class() -> str | None:
+    module = f"{PACKAGE}.provenance"
+    return f"{module}.CheckpointProvenance" if importlib.util.find_spec(module) else None
+
+
+def run_checks(context: Context, checks: Iterable[Check]) -> dict[str, Result]:
+    return {check.id: check.run(context) for check in checks}
+
+
+def format_table(results: dict[str, Result]) -> str:
+    width = max(len(CHECKS[check_id].name) for check_id in results)
+    lines = [f"{'ID':<6} {'check':<{width}} {'status':<6} detail / fix"]
+    for check_id, result in results.items():
+        lines.append(
+            f"{check_id:<6} {CHECKS[check_id].name:<{width}} {result.status:<6} {result.detail}"
+        )
+        if result.fix:
+            lines.append(f"{'':<6} {'':<{width}} {'':<6} fix: {result.fix}")
+    counts = {
+        status: sum(r.status == status for r in results.values()) for status in (PASS, WARN, FAIL)
+    }
+    lines.append(f"\n{counts[PASS]} pass, {counts[WARN]} warn, {counts[FAIL]} fail")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str]) -> int:
+    argv = list(argv)
+    if "-h" in argv or "--help" in argv:
+        print(USAGE)
+        return 0
+    if "--static" in argv:
+        files = [arg for arg in argv if arg != "--static"]
+        if any(arg.startswith("-") for arg in files):
+            sys.exit(
+                f"error: `doctor --static` takes file names only, got {files}. The static mode "
+                "reads sources without the config; drop --static to check a run's flags."
+            )
+        context = Context(
+            config={},
+            machine=None,
+            env=os.environ,
+            root=PROJECT_ROOT,
+            files=tuple(Path(name) for name in files) if files else None,
+        )
+        results = run_checks(context, (c for c in CHECKS.values() if c.static))
+    else:
+        context = Context(
+            config=resolve_config(argv),
+            machine=None,
+            env=os.environ,
+            root=PROJECT_ROOT,
+            provenance_class=provenance_class(),
+        )
+        compiles = bool(context.callbacks_named("TorchCompile"))
+        context = dataclasses.replace(context, machine=probe_machine(with_compiler=compiles))
+        results = run_checks(context, CHECKS.values())
+    print(format_table(results))
+    return 1 if any(result.status == FAIL for result in results.values()) else 0
