@@ -21,8 +21,8 @@ from lightning.pytorch.utilities.model_helpers import is_overridden
 
 from .checkpoint_io import AtomicCheckpointIO
 from .determinism import verify_determinism
-from .export import export
 from .doctor import main as doctor
+from .export import export
 from .finetune import InitFromWeights
 from .inspect_ckpt import explain_state_dict_mismatch, inspect_checkpoint, load_checkpoint
 from .paths import DEFAULT_CONFIG, project_path
