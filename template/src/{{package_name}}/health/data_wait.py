@@ -52,7 +52,7 @@ class DataWaitMonitor(Callback):
         if self._total <= 0:
             return
         fraction = self._wait / self._total
-        pl_module.log("health/data_wait_fraction", fraction)
+        pl_module.log("health/data_wait_fraction", fraction, rank_zero_only=True)
         if fraction > self.hint_above and not self._hinted:
             self._hinted = True
             workers = getattr(trainer.train_dataloader, "num_workers", "?")

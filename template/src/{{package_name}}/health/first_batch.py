@@ -86,7 +86,7 @@ class FirstBatchCheck(Callback):
                 f"the first {split} batch is not valid: "
                 + "; ".join(problems)
                 + ". Check the Dataset's __getitem__ and the DataModule (or the module's "
-                "num_classes); nothing was trained."
+                "num_classes); no update was made."
             )
         images = next((t for t in tensors.values() if _is_image_batch(t)), None)
         if split == "training" and images is not None:

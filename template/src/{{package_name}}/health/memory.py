@@ -38,9 +38,9 @@ class MemoryStats(Callback):
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self._device = trainer.strategy.root_device
         self._cuda = isinstance(trainer.accelerator, CUDAAccelerator)
-        if not self._cuda:
-            rank_zero_info("MemoryStats: not training on CUDA, no memory statistics.")
-        elif self.snapshot_on_oom and not self._recording:
+        if not self._cuda and self.snapshot_on_oom:
+            rank_zero_info("MemoryStats: not training on CUDA, so no memory snapshot on OOM.")
+        elif self._cuda and self.snapshot_on_oom and not self._recording:
             torch.cuda.memory._record_memory_history(max_entries=self.max_entries)
             self._recording = True
 
@@ -56,7 +56,7 @@ class MemoryStats(Callback):
             "memory/reserved_gib": torch.cuda.memory_reserved(self._device) / GIB,
             "memory/peak_gib": torch.cuda.max_memory_allocated(self._device) / GIB,
         }
-        pl_module.log_dict(stats)
+        pl_module.log_dict(stats, rank_zero_only=True)
 
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException

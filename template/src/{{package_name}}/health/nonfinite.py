@@ -166,7 +166,7 @@ class NonFiniteGuard(Callback):
         step, batch, what = (int(t) for t in (self._step, self._batch, self._what))
         value = float(self._value)
         path = _checkpoint_dir(trainer) / CHECKPOINT_NAME
-        trainer.save_checkpoint(path)
+        trainer.save_checkpoint(path, weights_only=False)  # resumable: optimizer and loops too
         if step < 0:
             where = "on another process"
         else:
