@@ -57,7 +57,7 @@ class DataWaitMonitor(Callback):
             self._hinted = True
             workers = getattr(trainer.train_dataloader, "num_workers", "?")
             rank_zero_warn(
-                f"Training waited for data {fraction:.0%} of epoch {trainer.current_epoch} "
+                f"Training waited for data {100 * fraction:.0f}% of epoch {trainer.current_epoch} "
                 f"(num_workers={workers}): more DataLoader workers (`--data.num_workers`) or "
                 "a cheaper __getitem__ would speed it up."
             )
