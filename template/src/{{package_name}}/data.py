@@ -15,12 +15,14 @@ import json
 import math
 import os
 from pathlib import Path
+from typing import Literal
 
 import lightning as L
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from .loaders import LoaderOptions
 from .paths import project_path
 from .resume import ResumableDataLoader, run_seed
 
@@ -96,7 +98,9 @@ class GratingsDataModule(L.LightningDataModule):
     Args:
         data_dir: where the generated arrays live (relative paths are relative to the project).
         batch_size: samples per batch and per device.
-        num_workers: DataLoader worker processes (0 loads in the main process).
+        num_workers: DataLoader worker processes (0 loads in the main process), or "auto"
+            to fit the machine; see `loaders.LoaderOptions`, with `pin_memory` and
+            `prefetch_factor`.
         augment: randomly shift and turn the training images (see GratingsDataset).
         num_classes: number of orientations to tell apart.
         image_size: side of the square images, in pixels.
@@ -109,7 +113,7 @@ class GratingsDataModule(L.LightningDataModule):
         self,
         data_dir: str = "data/gratings",
         batch_size: int = 64,
-        num_workers: int = 0,
+        num_workers: int | Literal["auto"] = "auto",
         augment: bool = True,
         num_classes: int = 8,
         image_size: int = 32,
@@ -117,12 +121,15 @@ class GratingsDataModule(L.LightningDataModule):
         val_size: int = 1024,
         test_size: int = 1024,
         data_seed: int = 0,
+        pin_memory: bool | Literal["auto"] = "auto",
+        prefetch_factor: int | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
         self.root = project_path(data_dir)
         self.sizes = {"train": train_size, "val": val_size, "test": test_size}
         self.datasets: dict[str, GratingsDataset] = {}
+        self.loader_options = LoaderOptions(num_workers, pin_memory, prefetch_factor)
 
     def _recipe(self) -> dict:
         """What the files on disk were generated from; a different recipe regenerates them."""
@@ -167,8 +174,7 @@ class GratingsDataModule(L.LightningDataModule):
             self.datasets[split],
             batch_size=self.hparams.batch_size,
             shuffle=shuffle,
-            num_workers=self.hparams.num_workers,
-            persistent_workers=self.hparams.num_workers > 0,
+            **self.loader_options.kwargs(self.trainer),
         )
 
     def train_dataloader(self) -> ResumableDataLoader:

@@ -1,0 +1,91 @@
+# Managed by the template; local edits are merged on update.
+"""Gradient health: norms at an interval, exploding/vanishing warnings, unused parameters."""
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities import grad_norm, rank_zero_warn
+
+
+class GradientHealth(Callback):
+    """Logs gradient norms every `every_n_steps` optimizer steps and reports unused parameters.
+
+    The norms come from Lightning's `grad_norm` (one per parameter and their total, after
+    AMP unscaling) and are read on the host only at the interval. A total above
+    `explode_above` or below `vanish_below` warns, once each. After the first backward,
+    parameters that require a gradient but got none (the loss does not depend on them:
+    a branch unused in `forward`, a detached tensor, a layer meant to be frozen) are listed
+    once by name.
+
+    Args:
+        every_n_steps: interval in optimizer steps; 0 turns the norms off.
+        norm_type: the p of the p-norm (2.0, or "inf").
+        explode_above: total norm that counts as exploding.
+        vanish_below: total norm that counts as vanishing.
+    """
+
+    def __init__(
+        self,
+        every_n_steps: int = 50,
+        norm_type: float | str = 2.0,
+        explode_above: float = 1e3,
+        vanish_below: float = 1e-7,
+    ) -> None:
+        self.every_n_steps = every_n_steps
+        self.norm_type = norm_type
+        self.explode_above = explode_above
+        self.vanish_below = vanish_below
+        self._checked_unused = False
+        self._warned: set[str] = set()
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._checked_unused = False
+
+    def on_after_backward(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._checked_unused:
+            return
+        self._checked_unused = True
+        unused = [
+            name for name, p in pl_module.named_parameters() if p.requires_grad and p.grad is None
+        ]
+        if unused:
+            rank_zero_warn(
+                f"{len(unused)} parameter(s) got no gradient in the first backward: "
+                f"{', '.join(unused)}. The loss does not depend on them; if that is meant, "
+                "freeze them (`requires_grad_(False)`), else check `forward` for an unused "
+                "branch or a detached tensor. Under DDP this also needs "
+                "`--trainer.strategy ddp_find_unused_parameters_true`."
+            )
+
+    def on_before_optimizer_step(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
+    ) -> None:
+        if self.every_n_steps <= 0 or trainer.global_step % self.every_n_steps:
+            return
+        norms = grad_norm(pl_module, self.norm_type)  # the total is already on the host
+        if not norms:
+            return
+        total_key = next(key for key in norms if key.endswith("_norm_total"))
+        total = float(norms[total_key])
+        values = {key: float(value) for key, value in norms.items()}
+        for logger in trainer.loggers:
+            logger.log_metrics(values, step=trainer.global_step)
+        if total > self.explode_above:
+            self._warn_once(
+                "explode",
+                f"gradient norm {total:.3g} at step {trainer.global_step} exceeds "
+                f"{self.explode_above:g}: gradients are exploding. Lower the learning rate or "
+                "clip them (`--trainer.gradient_clip_val 1.0`).",
+            )
+        elif total < self.vanish_below:
+            self._warn_once(
+                "vanish",
+                f"gradient norm {total:.3g} at step {trainer.global_step} is below "
+                f"{self.vanish_below:g}: gradients are vanishing. Check the initialisation, "
+                "the activations (saturated sigmoid/tanh) and normalisation layers.",
+            )
+
+    def _warn_once(self, kind: str, message: str) -> None:
+        if kind not in self._warned:
+            self._warned.add(kind)
+            rank_zero_warn(message)

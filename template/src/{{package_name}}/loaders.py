@@ -1,0 +1,131 @@
+# Managed by the template; local edits are merged on update.
+"""DataLoader settings that fit the machine: `num_workers: auto`, pin_memory, prefetching.
+
+A DataModule opts in with two lines; without them nothing changes:
+
+    self.loader_options = LoaderOptions(num_workers, pin_memory, prefetch_factor)  # __init__
+    DataLoader(dataset, batch_size=..., **self.loader_options.kwargs(self.trainer))
+
+Bad values are refused when the options are built, i.e. while the command line is being
+instantiated, before any data is prepared.
+"""
+
+import sys
+from typing import Any, Literal
+
+import lightning as L
+import torch
+from lightning.fabric.utilities.data import suggested_max_num_workers
+from lightning.pytorch.accelerators import CUDAAccelerator
+from lightning.pytorch.utilities import rank_zero_info
+
+MAX_AUTO_WORKERS = 8  # more rarely helps one process, and each worker holds a dataset copy
+
+Auto = Literal["auto"]
+
+
+class LoaderOptions:
+    """The DataLoader arguments a user rarely wants to tune by hand, resolved per machine.
+
+    Args:
+        num_workers: worker processes per DataLoader, or "auto": the CPUs this process may
+            use (its affinity, not the machine's count) shared among the local training
+            processes, one left for the main process, at most `MAX_AUTO_WORKERS`. On Windows
+            "auto" means 0: workers are started with "spawn" there, re-importing the
+            program for each loader; ask for them explicitly if the data needs them.
+        pin_memory: page-locked host batches for faster copies to a CUDA device; "auto"
+            turns it on only when training on CUDA (elsewhere it only costs memory).
+        prefetch_factor: batches each worker loads ahead (torch's default: 2); only
+            meaningful with workers.
+
+    Workers are kept alive between epochs (`persistent_workers`) whenever there are any.
+    """
+
+    def __init__(
+        self,
+        num_workers: int | Auto = "auto",
+        pin_memory: bool | Auto = "auto",
+        prefetch_factor: int | None = None,
+    ) -> None:
+        _check(num_workers, pin_memory, prefetch_factor)
+        self.num_workers = num_workers
+        self.pin_memory = pin_memory
+        self.prefetch_factor = prefetch_factor
+        self._reported: dict[str, Any] | None = None
+
+    def kwargs(self, trainer: L.Trainer | None = None) -> dict[str, Any]:
+        """Keyword arguments for `torch.utils.data.DataLoader`; logged and recorded once.
+
+        `trainer` (a DataModule's `self.trainer`) tells how many processes share this
+        machine and whether batches go to CUDA; without it, one process is assumed.
+        """
+        workers = self.num_workers
+        if workers == "auto":
+            local_processes = trainer.num_devices if trainer is not None else 1
+            workers = _auto_workers(local_processes)
+        pin = self.pin_memory
+        if pin == "auto":
+            pin = _trains_on_cuda(trainer)
+        if self.prefetch_factor is not None and workers == 0:
+            raise ValueError(
+                f"prefetch_factor={self.prefetch_factor} needs worker processes, but "
+                f"num_workers resolved to 0 (asked: {self.num_workers!r}). Set num_workers "
+                "to 1 or more, or leave prefetch_factor unset."
+            )
+        resolved: dict[str, Any] = {
+            "num_workers": workers,
+            "pin_memory": pin,
+            "persistent_workers": workers > 0,
+        }
+        if self.prefetch_factor is not None:
+            resolved["prefetch_factor"] = self.prefetch_factor
+        if resolved != self._reported:
+            self._report(resolved, trainer)
+        return resolved
+
+    def _report(self, resolved: dict[str, Any], trainer: L.Trainer | None) -> None:
+        """Log the resolved values and record them with the run's hyperparameters."""
+        self._reported = resolved
+        settings = ", ".join(f"{key}={value}" for key, value in resolved.items())
+        rank_zero_info(f"DataLoader settings (num_workers asked: {self.num_workers!r}): {settings}")
+        for logger in trainer.loggers if trainer is not None else []:
+            logger.log_hyperparams({"dataloader": resolved})
+
+
+def _check(num_workers: object, pin_memory: object, prefetch_factor: object) -> None:
+    """Refuse values torch would reject later, or silently misread, with the fix."""
+    if num_workers != "auto" and (
+        isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0
+    ):
+        raise ValueError(
+            f"num_workers={num_workers!r} is not valid: use 0 (load in the main process), "
+            "a positive number of worker processes, or 'auto' to fit the machine."
+        )
+    if pin_memory != "auto" and not isinstance(pin_memory, bool):
+        raise ValueError(f"pin_memory={pin_memory!r} is not valid: use true, false or 'auto'.")
+    if prefetch_factor is not None and (
+        isinstance(prefetch_factor, bool)
+        or not isinstance(prefetch_factor, int)
+        or prefetch_factor < 1
+    ):
+        raise ValueError(
+            f"prefetch_factor={prefetch_factor!r} is not valid: use a positive number of "
+            "batches per worker, or leave it unset for torch's default (2)."
+        )
+    if prefetch_factor is not None and num_workers == 0:
+        raise ValueError(
+            f"prefetch_factor={prefetch_factor} needs worker processes, but num_workers=0. "
+            "Set num_workers to 1 or more (or 'auto'), or leave prefetch_factor unset."
+        )
+
+
+def _auto_workers(local_processes: int) -> int:
+    if sys.platform == "win32":
+        return 0
+    return min(MAX_AUTO_WORKERS, suggested_max_num_workers(max(1, local_processes)))
+
+
+def _trains_on_cuda(trainer: L.Trainer | None) -> bool:
+    if trainer is None:
+        return torch.cuda.is_available()
+    return isinstance(trainer.accelerator, CUDAAccelerator)
