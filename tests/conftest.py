@@ -117,8 +117,17 @@ def installed(rendered):
         if name not in done:
             project = rendered(name)
             subprocess.run(
-                [sys.executable, "-m", "pip", "install", "-q", "--no-deps",
-                 "--no-build-isolation", "-e", str(project)],
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "install",
+                    "-q",
+                    "--no-deps",
+                    "--no-build-isolation",
+                    "-e",
+                    str(project),
+                ],
                 check=True,
             )
             done[name] = project

@@ -10,13 +10,22 @@ import yaml
 from conftest import ANSWER_SETS, git, package_name, render
 
 RUFF = [sys.executable, "-m", "ruff"]
-WINDOWS_RESERVED = {"con", "prn", "aux", "nul", *(f"com{i}" for i in range(10)), *(f"lpt{i}" for i in range(10))}
+WINDOWS_RESERVED = {
+    "con",
+    "prn",
+    "aux",
+    "nul",
+    *(f"com{i}" for i in range(10)),
+    *(f"lpt{i}" for i in range(10)),
+}
 # A Jinja marker copier left behind; GitHub Actions' own `${{ }}` is fine.
 UNRENDERED = re.compile(r"(?<!\$)\{\{|\{%|%\}")
 
 
 def project_files(project: Path) -> list[Path]:
-    return [p for p in project.rglob("*") if p.is_file() and ".git" not in p.relative_to(project).parts]
+    return [
+        p for p in project.rglob("*") if p.is_file() and ".git" not in p.relative_to(project).parts
+    ]
 
 
 @pytest.mark.parametrize("name", list(ANSWER_SETS))
@@ -28,9 +37,17 @@ def test_render_is_complete_and_lint_clean(rendered, name):
         assert text.strip(), f"empty file {path.relative_to(project)}"
         assert not UNRENDERED.search(text), f"unrendered Jinja in {path.relative_to(project)}"
     package = package_name(project)
-    for required in ("pyproject.toml", "README.md", "CHECKLIST.md", ".gitignore",
-                     ".pre-commit-config.yaml", "configs/default.yaml",
-                     f"src/{package}/__main__.py", f"src/{package}/cli.py", "tests/conftest.py"):
+    for required in (
+        "pyproject.toml",
+        "README.md",
+        "CHECKLIST.md",
+        ".gitignore",
+        ".pre-commit-config.yaml",
+        "configs/default.yaml",
+        f"src/{package}/__main__.py",
+        f"src/{package}/cli.py",
+        "tests/conftest.py",
+    ):
         assert (project / required).is_file(), required
     for command in (["check", "--no-cache", "."], ["format", "--check", "--no-cache", "."]):
         result = subprocess.run([*RUFF, *command], cwd=project, capture_output=True, text=True)
@@ -85,7 +102,11 @@ def test_workflow_is_least_privilege_and_pinned(rendered):
     assert job["strategy"]["matrix"]["os"] == ["ubuntu-latest", "macos-latest", "windows-latest"]
     uses = [step["uses"] for step in job["steps"] if "uses" in step]
     assert uses and all(re.fullmatch(r"[\w-]+/[\w-]+@[0-9a-f]{40}", u) for u in uses), uses
-    assert all(re.search(r"@[0-9a-f]{40}  # v\d", line) for line in path.read_text().splitlines() if "uses:" in line)
+    assert all(
+        re.search(r"@[0-9a-f]{40}  # v\d", line)
+        for line in path.read_text().splitlines()
+        if "uses:" in line
+    )
     checkout = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/checkout@"))
     assert checkout["with"]["persist-credentials"] is False
     install = next(s["run"] for s in job["steps"] if "torch" in s.get("run", ""))
@@ -110,4 +131,6 @@ def test_copy_into_an_existing_repository_does_not_nest_one(template, tmp_path):
     git(outer, "init", "-q")
     project = render(template, outer / "training", {"project_name": "Inner"})
     assert not (project / ".git").exists()
-    assert git(outer, "rev-list", "--all", "--count").strip() == "0"  # nothing committed for the user
+    assert (
+        git(outer, "rev-list", "--all", "--count").strip() == "0"
+    )  # nothing committed for the user
