@@ -17,6 +17,7 @@ Usage: python benchmarks/overhead.py [--repeats 7] [--warmup 10] [--steps 50]
 """
 
 import argparse
+import contextlib
 import importlib
 import itertools
 import statistics
@@ -160,17 +161,21 @@ def measure(package: str, workdir: Path, args: argparse.Namespace) -> int:
     steps = args.warmup + args.steps
     runs: dict[str, list[Run]] = {"a": [], "b": [], "c": []}
     ran_with: list[str] = []
-    for repeat in range(args.repeats):
-        order = "abc"[repeat % 3 :] + "abc"[: repeat % 3]  # rotated: none is always first
-        for name in order:
-            root = workdir / f"run-{name}{repeat}"
-            if name == "a":
-                run = vanilla_loop(*build_from_config(cli_class, root, steps), steps)
-            elif name == "b":
-                run = plain_lightning(*build_from_config(cli_class, root, steps), root, steps)
-            else:
-                run, ran_with = generated_fit(cli_class, root, steps)
-            runs[name].append(run)
+    # What the runs print (progress bars, the fit summary) goes to stderr, as it would to
+    # a terminal; stdout is left to the figures.
+    with contextlib.redirect_stdout(sys.stderr):
+        for repeat in range(args.repeats):
+            order = "abc"[repeat % 3 :] + "abc"[: repeat % 3]  # rotated: none always first
+            for name in order:
+                root = workdir / f"run-{name}{repeat}"
+                if name == "a":
+                    run = vanilla_loop(*build_from_config(cli_class, root, steps), steps)
+                elif name == "b":
+                    model, datamodule = build_from_config(cli_class, root, steps)
+                    run = plain_lightning(model, datamodule, root, steps)
+                else:
+                    run, ran_with = generated_fit(cli_class, root, steps)
+                runs[name].append(run)
 
     per_step = {
         name: [run.ms_per_step(args.warmup) for run in name_runs]
