@@ -13,7 +13,7 @@ Each run trains `--warmup + --steps` steps of the first epoch; the warm-up steps
 dropped and the steady-state steps timed end to end (data loading, logging and every
 callback included). Each variant runs `--repeats` times and its median is reported.
 
-Usage: python benchmarks/overhead.py [--repeats 7] [--warmup 10] [--steps 50]
+Usage: python benchmarks/overhead.py [--repeats 7] [--warmup 10] [--steps 50] [--threads N]
 """
 
 import argparse
@@ -214,10 +214,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=7, help="runs of each variant")
     parser.add_argument("--warmup", type=int, default=10, help="steps dropped from each run")
     parser.add_argument("--steps", type=int, default=50, help="steady-state steps timed")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        help="torch CPU threads (default: torch's choice); 1 is steadier on a shared machine",
+    )
     args = parser.parse_args(argv)
     sys.argv[1:] = []  # LightningCLI(args=...) warns when the process has arguments of its own
     if args.repeats < 1 or args.warmup < 1 or args.steps < 1:
         parser.error("--repeats, --warmup and --steps must be at least 1")
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory(prefix="overhead-") as tmp:
         workdir = Path(tmp)
         with installed_project(workdir, "Overhead Bench") as (_, package):
