@@ -1,0 +1,235 @@
+"""What the template's callbacks and logging cost per training step.
+
+Renders a project from this checkout, then times, in one process, alternating, on CPU,
+with the example's network, data, batch size, optimizer and seed (all read from the
+project's default config, so whatever that config holds when this runs is measured):
+
+  (a) a vanilla PyTorch loop: forward, loss, backward, step, zero_grad (and the lr
+      schedule step, so that the losses can be compared);
+  (b) plain Lightning: a bare `Trainer` on the same module, no logger, no callbacks;
+  (c) the generated project's `fit`, with its default callbacks and loggers.
+
+Each run trains `--warmup + --steps` steps of the first epoch; the warm-up steps are
+dropped and the steady-state steps timed end to end (data loading, logging and every
+callback included). Each variant runs `--repeats` times and its median is reported.
+
+Usage: python benchmarks/overhead.py [--repeats 7] [--warmup 10] [--steps 50] [--threads N]
+"""
+
+import argparse
+import contextlib
+import importlib
+import itertools
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+import torch.nn.functional as F
+from lightning.pytorch import Callback, LightningModule, Trainer
+from scaffold import installed_project
+
+# Losses of (a) and (c) must agree to 5 decimals: same seed, data order and optimizer.
+LOSS_TOLERANCE = 5e-6
+
+
+@dataclass
+class Run:
+    """One timed run: when each training step ended, and its loss."""
+
+    step_ends: list[float]
+    losses: list[torch.Tensor]
+
+    def ms_per_step(self, warmup: int) -> float:
+        """Mean wall time of the steps after the warm-up, in milliseconds."""
+        window = self.step_ends[warmup - 1 :]
+        return 1000 * (window[-1] - window[0]) / (len(window) - 1)
+
+
+class StepClock(Callback):
+    """Notes the end of every training step and keeps its (detached) loss; syncs nothing."""
+
+    def __init__(self) -> None:
+        self.run = Run([], [])
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.run.step_ends.append(time.perf_counter())
+        loss = outputs["loss"] if isinstance(outputs, Mapping) else outputs
+        self.run.losses.append(loss.detach())
+
+
+def fit_args(root: Path, steps: int) -> list[str]:
+    """The generated CLI's `fit` on one CPU device for `steps` steps, outputs under `root`."""
+    return [
+        "fit",
+        "--trainer.accelerator=cpu",
+        "--trainer.devices=1",
+        f"--trainer.max_steps={steps}",
+        f"--trainer.default_root_dir={root}",
+        "--test_after_fit=false",
+    ]
+
+
+def build_from_config(cli_class: type, root: Path, steps: int) -> tuple[LightningModule, object]:
+    """Seed and build the module and data exactly as the generated `fit` does; run nothing."""
+
+    class BuildOnly(cli_class):
+        # LightningCLI seeds and instantiates in __init__, then runs the subcommand here.
+        def _run_subcommand(self, subcommand: str) -> None:
+            pass
+
+    cli = BuildOnly(args=fit_args(root, steps))
+    return cli.model, cli.datamodule
+
+
+def optimizer_and_scheduler(configured) -> tuple[torch.optim.Optimizer, object | None]:
+    """The optimizer and step-wise scheduler of a `configure_optimizers` result."""
+    if isinstance(configured, torch.optim.Optimizer):
+        return configured, None
+    scheduler = configured.get("lr_scheduler")
+    if not isinstance(scheduler, Mapping):
+        scheduler = {"scheduler": scheduler}  # Lightning's default interval: "epoch"
+    # Only a step-wise schedule changes the lr inside the first epoch, where the runs stay.
+    step_wise = scheduler["scheduler"] is not None and scheduler.get("interval") == "step"
+    return configured["optimizer"], scheduler["scheduler"] if step_wise else None
+
+
+def vanilla_loop(model: LightningModule, datamodule, steps: int) -> Run:
+    """(a): the example's training step written as a plain PyTorch loop."""
+    datamodule.prepare_data()
+    datamodule.setup("fit")
+    loader = datamodule.train_dataloader()
+    if len(loader) < steps:
+        sys.exit(
+            f"error: one epoch has {len(loader)} steps, fewer than the {steps} to time: "
+            "lower --warmup/--steps (runs stay inside the first epoch, before validation)."
+        )
+    # The example's configure_optimizers reads only this from the trainer (for its
+    # warmup + cosine schedule); Lightning computes the same value under (b) and (c).
+    model.trainer = SimpleNamespace(estimated_stepping_batches=steps)
+    optimizer, scheduler = optimizer_and_scheduler(model.configure_optimizers())
+    model.trainer = None
+    model.train()
+    run = Run([], [])
+    for images, labels in itertools.islice(loader, steps):
+        loss = F.cross_entropy(model(images), labels)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        if scheduler is not None:
+            scheduler.step()
+        run.step_ends.append(time.perf_counter())
+        run.losses.append(loss.detach())
+    return run
+
+
+def plain_lightning(model: LightningModule, datamodule, root: Path, steps: int) -> Run:
+    """(b): a bare Trainer: no logger, no callbacks but the clock, no checkpointing."""
+    clock = StepClock()
+    trainer = Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=steps,
+        default_root_dir=root,
+        logger=False,
+        callbacks=[clock],
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
+    trainer.fit(model, datamodule=datamodule)
+    return clock.run
+
+
+def generated_fit(cli_class: type, root: Path, steps: int) -> tuple[Run, list[str]]:
+    """(c): the generated `fit`, default callbacks and loggers; the clock is appended."""
+    clock = StepClock()
+    cli = cli_class(args=fit_args(root, steps), trainer_defaults={"callbacks": [clock]})
+    extras = [type(c).__name__ for c in cli.trainer.callbacks if c is not clock]
+    extras += [type(logger).__name__ for logger in cli.trainer.loggers]
+    return clock.run, extras
+
+
+def measure(package: str, workdir: Path, args: argparse.Namespace) -> int:
+    cli_class = importlib.import_module(f"{package}.cli").ProjectCLI
+    steps = args.warmup + args.steps
+    runs: dict[str, list[Run]] = {"a": [], "b": [], "c": []}
+    ran_with: list[str] = []
+    # What the runs print (progress bars, the fit summary) goes to stderr, as it would to
+    # a terminal; stdout is left to the figures.
+    with contextlib.redirect_stdout(sys.stderr):
+        for repeat in range(args.repeats):
+            order = "abc"[repeat % 3 :] + "abc"[: repeat % 3]  # rotated: none always first
+            for name in order:
+                root = workdir / f"run-{name}{repeat}"
+                if name == "a":
+                    run = vanilla_loop(*build_from_config(cli_class, root, steps), steps)
+                elif name == "b":
+                    model, datamodule = build_from_config(cli_class, root, steps)
+                    run = plain_lightning(model, datamodule, root, steps)
+                else:
+                    run, ran_with = generated_fit(cli_class, root, steps)
+                runs[name].append(run)
+
+    per_step = {
+        name: [run.ms_per_step(args.warmup) for run in name_runs]
+        for name, name_runs in runs.items()
+    }
+    median = {name: statistics.median(values) for name, values in per_step.items()}
+    losses_a = torch.stack(runs["a"][0].losses)
+    losses_c = torch.stack(runs["c"][0].losses)
+    max_diff = (losses_a - losses_c).abs().max().item()
+    equal = max_diff < LOSS_TOLERANCE
+
+    labels = {
+        "a": "(a) vanilla PyTorch loop",
+        "b": "(b) plain Lightning Trainer",
+        "c": "(c) generated project's fit",
+    }
+    print(
+        f"per-step wall time, ms: median of {args.repeats} runs of {args.steps} steady-state "
+        f"steps after {args.warmup} warm-up steps; CPU, {torch.get_num_threads()} threads"
+    )
+    for name, label in labels.items():
+        runs_text = " ".join(f"{value:.2f}" for value in per_step[name])
+        print(f"  {label:<30} {median[name]:8.2f}   (runs: {runs_text})")
+    print(f"(c) ran with: {', '.join(ran_with)}")
+    print(f"loss max |a - c| over {steps} steps: {max_diff:.1e}")
+    print(f"template ratio: {median['c'] / median['b']:.2f} (generated fit / plain Lightning)")
+    print(
+        f"overhead ratio: {median['c'] / median['a']:.2f} (generated fit / vanilla loop), "
+        f"losses equal: {'yes' if equal else 'no'}"
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=7, help="runs of each variant")
+    parser.add_argument("--warmup", type=int, default=10, help="steps dropped from each run")
+    parser.add_argument("--steps", type=int, default=50, help="steady-state steps timed")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        help="torch CPU threads (default: torch's choice); 1 is steadier on a shared machine",
+    )
+    args = parser.parse_args(argv)
+    sys.argv[1:] = []  # LightningCLI(args=...) warns when the process has arguments of its own
+    if args.repeats < 1 or args.warmup < 1 or args.steps < 1:
+        parser.error("--repeats, --warmup and --steps must be at least 1")
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory(prefix="overhead-") as tmp:
+        workdir = Path(tmp)
+        with installed_project(workdir, "Overhead Bench") as (_, package):
+            return measure(package, workdir, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
