@@ -25,11 +25,19 @@ class DataWaitMonitor(Callback):
     def __init__(self, hint_above: float = 0.2) -> None:
         self.hint_above = hint_above
         self._hinted = False
+        self._restart()
 
-    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+    def _restart(self) -> None:
         self._wait = 0.0
         self._total = 0.0
         self._last_end = time.perf_counter()
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # A run resumed mid-epoch (e.g. a requeued SLURM job) starts without an epoch start.
+        self._restart()
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._restart()
 
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
