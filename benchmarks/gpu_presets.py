@@ -22,6 +22,8 @@ from pathlib import Path
 import lightning as L
 import torch
 
+from scaffold import install_editable
+
 REPO = Path(__file__).resolve().parents[1]
 CONFIGURATIONS = {
     "fp32": [],
@@ -67,20 +69,7 @@ def render(dest: Path) -> tuple[Path, str]:
         vcs_ref="HEAD",
         quiet=True,
     )
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-deps",
-            "--no-build-isolation",
-            "-e",
-            str(dest),
-        ],
-        check=True,
-    )
+    install_editable(dest)
     return dest, "bench_presets"
 
 

@@ -32,6 +32,7 @@ from types import SimpleNamespace
 import torch
 import torch.nn.functional as F
 from lightning.pytorch import Callback, LightningModule, Trainer
+
 from scaffold import installed_project
 
 # Losses of (a) and (c) must agree to 5 decimals: same seed, data order and optimizer.

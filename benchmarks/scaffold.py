@@ -1,5 +1,7 @@
 """Render a project from this checkout and install it into the running interpreter.
 
+Shared by the benchmarks and the template's test suite (tests/conftest.py).
+
 Copier renders a local git template from its latest tag, and from committed files only,
 so the benchmarks (like the test suite) render a throwaway committed copy of the working
 tree: what is measured is exactly the checkout, uncommitted edits included.
@@ -85,13 +87,23 @@ def installed_project(workdir: Path, project_name: str) -> Iterator[tuple[Path, 
     template = snapshot_template(workdir / "template")
     project = render(template, workdir / "project", project_name)
     package = package_name(project)
-    pip = [sys.executable, "-m", "pip", "-q"]
-    subprocess.run(
-        [*pip, "install", "--no-deps", "--no-build-isolation", "-e", str(project)], check=True
-    )
+    install_editable(project)
     sys.path.insert(0, str(project / "src"))
     try:
         yield project, package
     finally:
         sys.path.remove(str(project / "src"))
-        subprocess.run([*pip, "uninstall", "-y", package], check=False)
+        uninstall(package)
+
+
+def install_editable(project: Path) -> None:
+    """pip install --no-deps -e: the project joins this interpreter's environment as it is."""
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+         "-e", str(project)],
+        check=True,
+    )  # fmt: skip
+
+
+def uninstall(*packages: str) -> None:
+    subprocess.run([sys.executable, "-m", "pip", "uninstall", "-q", "-y", *packages], check=False)

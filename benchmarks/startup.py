@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from first_step_probe import MARKER
+
 from scaffold import installed_project
 
 HERE = Path(__file__).resolve().parent

@@ -5,9 +5,6 @@ and from committed files only, so the suite renders a throwaway committed copy o
 checkout: what is tested is exactly the working tree.
 """
 
-import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +12,14 @@ import copier
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+from scaffold import (  # noqa: E402  (the benchmarks' scaffolding, shared with the suite)
+    install_editable,
+    package_name,
+    snapshot_template,
+    uninstall,
+)
+
 PYTHON_THIS_MACHINE = f"{sys.version_info.major}.{sys.version_info.minor}"
 
 # One render per answer set, shared by the whole session. `installable` renders are
@@ -37,36 +42,6 @@ ANSWER_SETS = {
     },
 }
 INSTALLABLE = ("defaults", "all_loggers", "no_ci")
-
-
-def git(cwd: Path, *args: str) -> str:
-    env = {
-        **os.environ,
-        "GIT_AUTHOR_NAME": "Test",
-        "GIT_AUTHOR_EMAIL": "test@example.com",
-        "GIT_COMMITTER_NAME": "Test",
-        "GIT_COMMITTER_EMAIL": "test@example.com",
-    }
-    result = subprocess.run(
-        ["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=True
-    )
-    return result.stdout
-
-
-def snapshot_template(dest: Path) -> Path:
-    """Copy the tracked and untracked-but-not-ignored files of this checkout; commit; tag."""
-    listed = git(REPO, "ls-files", "--cached", "--others", "--exclude-standard", "-z")
-    for name in filter(None, listed.split("\0")):
-        source = REPO / name
-        if source.is_file():
-            target = dest / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, target)
-    git(dest, "init", "-q", "-b", "main")
-    git(dest, "add", "-A")
-    git(dest, "commit", "-q", "-m", "snapshot")
-    git(dest, "tag", "v0.1.0")
-    return dest
 
 
 @pytest.fixture(scope="session")
@@ -102,12 +77,6 @@ def rendered(template: Path, tmp_path_factory: pytest.TempPathFactory):
     return get
 
 
-def package_name(project: Path) -> str:
-    import yaml
-
-    return yaml.safe_load((project / ".copier-answers.yml").read_text())["package_name"]
-
-
 @pytest.fixture(scope="session")
 def installed(rendered):
     """Install a render into this interpreter (--no-deps, editable); uninstall at the end."""
@@ -116,24 +85,10 @@ def installed(rendered):
     def get(name: str) -> Path:
         if name not in done:
             project = rendered(name)
-            subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "pip",
-                    "install",
-                    "-q",
-                    "--no-deps",
-                    "--no-build-isolation",
-                    "-e",
-                    str(project),
-                ],
-                check=True,
-            )
+            install_editable(project)
             done[name] = project
         return done[name]
 
     yield get
-    names = [package_name(project) for project in done.values()]
-    if names:
-        subprocess.run([sys.executable, "-m", "pip", "uninstall", "-q", "-y", *names], check=False)
+    if done:
+        uninstall(*(package_name(project) for project in done.values()))

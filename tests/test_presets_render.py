@@ -4,7 +4,8 @@ import os
 
 import pytest
 import yaml
-from conftest import package_name
+
+from scaffold import package_name
 
 PRESETS = [
     "ddp",

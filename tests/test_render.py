@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ANSWER_SETS, git, package_name, render
+
+from conftest import ANSWER_SETS, render
+from scaffold import git, package_name
 
 RUFF = [sys.executable, "-m", "ruff"]
 WINDOWS_RESERVED = {

@@ -15,7 +15,9 @@ import copier
 import jinja2
 import pytest
 import yaml
-from conftest import REPO, git, package_name, snapshot_template
+
+from conftest import REPO
+from scaffold import git, install_editable, package_name, snapshot_template, uninstall
 
 HEADER = "# Managed by the template; local edits are merged on update."
 CONFLICT_MARKER = re.compile(r"^(<<<<<<<|=======|>>>>>>>)( |$)", re.MULTILINE)
@@ -165,20 +167,7 @@ def test_update_brings_template_fixes_and_keeps_user_edits(release_a, tmp_path):
     assert answers(project)["_commit"] == "v0.2.0"
     commit_all(project, "update to v0.2.0")
 
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-deps",
-            "--no-build-isolation",
-            "-e",
-            str(project),
-        ],
-        check=True,
-    )
+    install_editable(project)
     try:
         result = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-m", "not slow", "-p", "no:cacheprovider"],
@@ -188,7 +177,7 @@ def test_update_brings_template_fixes_and_keeps_user_edits(release_a, tmp_path):
             text=True,
         )
     finally:
-        subprocess.run([sys.executable, "-m", "pip", "uninstall", "-q", "-y", PACKAGE], check=False)
+        uninstall(PACKAGE)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     assert " passed" in result.stdout.splitlines()[-1]
 
@@ -304,7 +293,7 @@ def test_migration_runs_once_when_its_release_is_crossed(release_a, tmp_path, ca
     release(
         release_a,
         "v0.3.0",
-        [("template/CHECKLIST.md", "# Before you commit", "# Before each commit")],
+        [("template/CHECKLIST.md.jinja", "# Before you commit", "# Before each commit")],
     )
     update(project)
     second = capfd.readouterr()
