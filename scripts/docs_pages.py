@@ -1,10 +1,11 @@
 """Write the docs pages that restate files of the template, so they cannot drift.
 
-    python scripts/docs_pages.py          # rewrite docs/presets/*.md and docs/checklist.md
+    python scripts/docs_pages.py          # rewrite docs/presets/*.md, checklist.md, benchmark-results.md
     python scripts/docs_pages.py --check  # exit 1 when a page is out of date (the suite runs this)
 
 Each preset page is the preset's own header (when / cost / traps) and its settings; the
-checklist page is the generated project's CHECKLIST.md. A project is rendered with the
+checklist page is the generated project's CHECKLIST.md; the benchmark results page is
+benchmarks/RESULTS.md, as benchmarks/report.py last wrote it. A project is rendered with the
 package name `my_project`, the name the docs use throughout.
 """
 
@@ -81,6 +82,7 @@ def pages() -> dict[Path, str]:
     )
     checklist = (REPO / "template" / "CHECKLIST.md.jinja").read_text()
     out[DOCS / "checklist.md"] = checklist.replace("{{ package_name }}", PACKAGE)
+    out[DOCS / "benchmark-results.md"] = (REPO / "benchmarks" / "RESULTS.md").read_text()
     return out
 
 
