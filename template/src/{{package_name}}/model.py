@@ -55,7 +55,7 @@ class ImageClassifier(L.LightningModule):
         images, labels = batch
         logits = self(images)
         loss = F.cross_entropy(logits, labels)
-        self.train_acc(logits, labels)
+        self.train_acc.update(logits, labels)  # accumulate only: logged once per epoch
         self.log("train/loss", loss)
         self.log("train/acc", self.train_acc, on_step=False, on_epoch=True)
         return loss
