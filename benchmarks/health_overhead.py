@@ -14,7 +14,6 @@ import importlib
 import logging
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -23,40 +22,13 @@ from pathlib import Path
 
 from lightning.pytorch import Callback
 
-REPO = Path(__file__).resolve().parents[1]
+from scaffold import render as scaffold_render
+from scaffold import snapshot_template
 
 
 def render(dest: Path) -> Path:
-    """Render the working tree (committed into a throwaway repo: copier reads git refs)."""
-    import copier
-
-    source = dest / "template"
-    listed = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    for name in filter(None, listed.split("\0")):
-        if (REPO / name).is_file():
-            (source / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / name, source / name)
-    git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.com"]
-    for args in (["init", "-q"], ["add", "-A"], ["commit", "-q", "-m", "snapshot"]):
-        subprocess.run([*git, *args], cwd=source, check=True)
-    project = dest / "project"
-    copier.run_copy(
-        str(source),
-        str(project),
-        data={"project_name": "Bench Health"},
-        defaults=True,
-        vcs_ref="HEAD",
-        unsafe=True,
-        skip_tasks=True,
-        quiet=True,
-    )
-    return project
+    """Render the working tree with the default answers (see scaffold.py for why a snapshot)."""
+    return scaffold_render(snapshot_template(dest / "template"), dest / "project", "Bench Health")
 
 
 class LoopTimer(Callback):
