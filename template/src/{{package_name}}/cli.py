@@ -201,7 +201,7 @@ def _best_checkpoint(checkpoint_dir: Path) -> Path:
     """The best checkpoint recorded by ModelCheckpoint in `last.ckpt` of a finished run."""
     last = checkpoint_dir / "last.ckpt"
     if last.is_file():
-        states = torch.load(last, map_location="cpu", weights_only=True).get("callbacks", {})
+        states = load_checkpoint(last).get("callbacks", {})
         for state in states.values():
             best = Path(state.get("best_model_path") or "")
             if best.name and best.is_file():
