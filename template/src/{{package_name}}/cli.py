@@ -239,13 +239,15 @@ def _print_summary(trainer: Trainer, log_dir: str | None) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Dispatch to a project tool by name, else to LightningCLI."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in TOOLS:
-        return TOOLS[argv[0]](argv[1:])
-    if argv and not argv[0].startswith("-") and argv[0] not in TRAINER_COMMANDS:
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words and words[0] in TOOLS:
+        return TOOLS[words[0]](words[1:])
+    if words and not words[0].startswith("-") and words[0] not in TRAINER_COMMANDS:
         commands = ", ".join([*TRAINER_COMMANDS, *TOOLS])
-        sys.exit(f"error: unknown command {argv[0]!r}. Commands: {commands}.")
-    ProjectCLI(args=argv)
+        sys.exit(f"error: unknown command {words[0]!r}. Commands: {commands}.")
+    # From the shell, LightningCLI reads sys.argv itself: passing it as `args=` too makes
+    # Lightning warn on every command that both were given.
+    ProjectCLI(args=None if argv is None else words)
     _close_process_group()
     return 0
 
