@@ -61,7 +61,7 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     package = next(p.name for p in (options.project / "src").iterdir() if (p / "cli.py").is_file())
     sys.path.insert(0, str(options.project / "src"))
-    cli = importlib.import_module(f"{package}.cli")
+    cli = importlib.import_module(f"{package}.framework.cli")
     workdir = Path(tempfile.mkdtemp(prefix="health-share-"))
     spent: Counter = Counter()
     loop = LoopTimer()
@@ -70,7 +70,7 @@ def main() -> None:
         def instantiate_trainer(self, **kwargs):
             trainer = super().instantiate_trainer(**kwargs)
             for callback in trainer.callbacks:
-                if type(callback).__module__.startswith(f"{package}.health"):
+                if type(callback).__module__.startswith(f"{package}.framework.health"):
                     clock(callback, spent)
             trainer.callbacks.append(loop)
             return trainer

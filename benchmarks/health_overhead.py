@@ -59,8 +59,8 @@ def main() -> None:
     project = options.project or render(workdir)
     package = next(p.name for p in (project / "src").iterdir() if (p / "cli.py").is_file())
     sys.path.insert(0, str(project / "src"))
-    cli = importlib.import_module(f"{package}.cli")
-    health = f"{package}.health"
+    cli = importlib.import_module(f"{package}.framework.cli")
+    health = f"{package}.framework.health"
 
     loop = LoopTimer()
 

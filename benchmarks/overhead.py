@@ -158,7 +158,7 @@ def generated_fit(cli_class: type, root: Path, steps: int) -> tuple[Run, list[st
 
 
 def measure(package: str, workdir: Path, args: argparse.Namespace) -> int:
-    cli_class = importlib.import_module(f"{package}.cli").ProjectCLI
+    cli_class = importlib.import_module(f"{package}.framework.cli").ProjectCLI
     steps = args.warmup + args.steps
     runs: dict[str, list[Run]] = {"a": [], "b": [], "c": []}
     ran_with: list[str] = []

@@ -22,7 +22,7 @@ def test_package_name_derives_from_project_name(template, tmp_path, project_name
     project = render(template, tmp_path / "p", {"project_name": project_name}, skip_tasks=True)
     answers = yaml.safe_load((project / ".copier-answers.yml").read_text())
     assert answers["package_name"] == expected
-    assert (project / "src" / expected / "cli.py").is_file()
+    assert (project / "src" / expected / "framework" / "cli.py").is_file()
 
 
 BAD_ANSWERS = [

@@ -47,8 +47,8 @@ def test_render_is_complete_and_lint_clean(rendered, name):
         ".pre-commit-config.yaml",
         "configs/default.yaml",
         f"src/{package}/__main__.py",
-        f"src/{package}/cli.py",
-        "tests/conftest.py",
+        f"src/{package}/framework/cli.py",
+        "tests/framework/conftest.py",
     ):
         assert (project / required).is_file(), required
     for command in (["check", "--no-cache", "."], ["format", "--check", "--no-cache", "."]):

@@ -22,7 +22,7 @@ from scaffold import git, install_editable, package_name, snapshot_template, uni
 HEADER = "# Managed by the template; local edits are merged on update."
 CONFLICT_MARKER = re.compile(r"^(<<<<<<<|=======|>>>>>>>)( |$)", re.MULTILINE)
 PACKAGE = "update_probe"
-PATHS_PY = "template/src/{{package_name}}/paths.py"
+PATHS_PY = "template/src/{{package_name}}/framework/paths.py"
 PATHS_DOC = '"""`path` itself when absolute, else the same path under the project root."""'
 
 
@@ -156,7 +156,7 @@ def test_update_brings_template_fixes_and_keeps_user_edits(release_a, tmp_path):
     )
     update(project)
 
-    assert fixed_doc in (package / "paths.py").read_text()
+    assert fixed_doc in (package / "framework" / "paths.py").read_text()
     config = (project / "configs" / "default.yaml").read_text()
     assert "log_every_n_steps: 5 " in config, "the template's config change was not merged"
     for path in mine:
@@ -186,7 +186,7 @@ def test_same_lines_changed_on_both_sides_conflict_inline_and_pre_commit_refuses
     release_a, tmp_path
 ):
     project = copy_at(release_a, tmp_path / "project", "v0.1.0")
-    paths_py = project / "src" / PACKAGE / "paths.py"
+    paths_py = project / "src" / PACKAGE / "framework" / "paths.py"
     mine = PATHS_DOC.replace("root.", "root, as I need it.")
     paths_py.write_text(paths_py.read_text().replace(PATHS_DOC, mine))
     commit_all(project, "my wording")
@@ -195,7 +195,7 @@ def test_same_lines_changed_on_both_sides_conflict_inline_and_pre_commit_refuses
     update(project)
 
     assert not list(project.rglob("*.rej")), "copier left a .rej instead of inline markers"
-    assert files_with_conflicts(project) == [f"src/{PACKAGE}/paths.py"]
+    assert files_with_conflicts(project) == [f"src/{PACKAGE}/framework/paths.py"]
     text = paths_py.read_text()
     assert "<<<<<<< before updating" in text and ">>>>>>> after updating" in text
     assert mine in text and theirs in text
@@ -210,7 +210,7 @@ def test_same_lines_changed_on_both_sides_conflict_inline_and_pre_commit_refuses
             "run",
             "check-merge-conflict",
             "--files",
-            f"src/{PACKAGE}/paths.py",
+            f"src/{PACKAGE}/framework/paths.py",
         ],
         cwd=project,
         capture_output=True,
@@ -223,7 +223,7 @@ def test_same_lines_changed_on_both_sides_conflict_inline_and_pre_commit_refuses
 
 def test_update_to_the_same_release_changes_nothing(release_a, tmp_path):
     project = copy_at(release_a, tmp_path / "project", "v0.1.0")
-    for name in (f"src/{PACKAGE}/model.py", f"src/{PACKAGE}/cli.py", "configs/default.yaml"):
+    for name in (f"src/{PACKAGE}/model.py", f"src/{PACKAGE}/framework/cli.py", "configs/default.yaml"):
         append_line(project / name, "# my own line")
     commit_all(project, "my edits, in user-owned and template-owned files")
     update(project)

@@ -5,7 +5,7 @@ The `__main__` guard matters: DDP and DataLoader workers started with the "spawn
 (the default on Windows and macOS) re-import this module, and must not re-run the CLI.
 """
 
-from .cli import main
+from .framework.cli import main
 
 if __name__ == "__main__":
     main()

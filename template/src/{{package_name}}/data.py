@@ -22,9 +22,9 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from .loaders import LoaderOptions
-from .paths import project_path
-from .resume import ResumableDataLoader, run_seed
+from .framework.loaders import LoaderOptions
+from .framework.paths import project_path
+from .framework.resume import ResumableDataLoader, run_seed
 
 SPLITS = ("train", "val", "test")
 

@@ -3,7 +3,7 @@
 
     python -m <package> doctor                                   # the default run
     python -m <package> doctor --config configs/presets/ddp.yaml # same flags as fit
-    python -m <package>.doctor --static [FILE ...]               # source checks only (pre-commit)
+    python -m <package>.framework.doctor --static [FILE ...]     # source checks only (pre-commit)
 
 Prints one row per check (ID, pass / warn / fail, what was found, the fix) and exits 1 when
 any check fails. Nothing is trained, built or generated: the config is only parsed.
@@ -22,7 +22,7 @@ from . import config_checks, source_checks  # noqa: F401  (importing registers t
 from .context import Context, probe_machine
 from .registry import CHECKS, FAIL, PASS, WARN, Check, Result
 
-PACKAGE = __package__.rsplit(".", 1)[0]
+PACKAGE = __package__.split(".")[0]
 USAGE = __doc__.replace("<package>", PACKAGE)
 
 
@@ -57,7 +57,7 @@ def resolve_config(args: Sequence[str]) -> dict:
 
 
 def provenance_class() -> str | None:
-    module = f"{PACKAGE}.provenance"
+    module = f"{PACKAGE}.framework.provenance"
     return f"{module}.CheckpointProvenance" if importlib.util.find_spec(module) else None
 
 

@@ -8,7 +8,7 @@ run from `src/` or `tests/` writes to the same `runs/` as from the root.
 
 from pathlib import Path
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+PROJECT_ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_CONFIG = PROJECT_ROOT / "configs" / "default.yaml"
 
 

@@ -68,7 +68,7 @@ def git_state(root: Path = PROJECT_ROOT) -> dict[str, Any]:
 
 def package_version() -> str:
     try:
-        return importlib.metadata.version(__package__)
+        return importlib.metadata.version(__package__.split(".")[0])
     except importlib.metadata.PackageNotFoundError:
         return "not installed"
 
