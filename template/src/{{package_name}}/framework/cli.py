@@ -106,6 +106,9 @@ class ProjectCLI(LightningCLI):
             raise
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        # The best-checkpoint callback as a config section of its own, so the metric a run
+        # is judged by is one key (`checkpoint.monitor`), not an entry in a callback list.
+        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.add_argument(
             "--test_after_fit",
             type=bool,
@@ -140,6 +143,10 @@ class ProjectCLI(LightningCLI):
         trainer_config = {**self._get(self.config_init, "trainer", default={}), **kwargs}
         kwargs.update(trainer_kwargs_for_accelerator(trainer_config))
         trainer = super().instantiate_trainer(**kwargs)
+        # The `checkpoint:` section's callback (the only one with a monitor) first among the
+        # ModelCheckpoints, which stay last: it is then `trainer.checkpoint_callback`, whose
+        # best_model_path `--ckpt_path best`, test-after-fit and the summary read.
+        trainer.callbacks.sort(key=_checkpoint_rank)
         checkpoint_dir = os.path.join(trainer.default_root_dir, "checkpoints")
         for callback in trainer.callbacks:
             if isinstance(callback, ModelCheckpoint | InterruptCheckpoint) and not callback.dirpath:
@@ -168,6 +175,12 @@ class ProjectCLI(LightningCLI):
             trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best or None)
         # log_dir is a collective call under DDP: every rank asks, only rank 0 prints.
         _print_summary(trainer, trainer.log_dir)
+
+
+def _checkpoint_rank(callback) -> int:
+    if not isinstance(callback, ModelCheckpoint):
+        return 0
+    return 1 if callback.monitor else 2
 
 
 def _root_loggers(logger_config, root: Path) -> None:

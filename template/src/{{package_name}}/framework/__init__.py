@@ -1,0 +1,29 @@
+# Managed by the template; local edits are merged on update.
+"""The framework around your model and data, and the few names your code may import from it.
+
+Your files (`model.py`, `nets.py`, `data.py`, your tests) import from the framework only
+what `__all__` lists, as `from <package>.framework import LoaderOptions`. These names are
+kept stable across template releases; everything else in this folder may be renamed or
+moved by a `copier update`, which never touches your files. A test of the framework
+(tests/framework/test_public_api.py) fails when one of your files imports anything else.
+
+Names are imported on first use, so `import <package>.framework.doctor` (a pre-commit
+hook) does not pay for importing Lightning.
+"""
+
+import importlib
+from typing import Any
+
+# name -> module (relative to this package) that defines it
+PUBLIC = {
+    "LoaderOptions": ".loaders",
+    "ProjectCLI": ".cli",
+    "project_path": ".paths",
+}
+__all__ = sorted(PUBLIC)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in PUBLIC:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(PUBLIC[name], __name__), name)
