@@ -223,7 +223,11 @@ def test_same_lines_changed_on_both_sides_conflict_inline_and_pre_commit_refuses
 
 def test_update_to_the_same_release_changes_nothing(release_a, tmp_path):
     project = copy_at(release_a, tmp_path / "project", "v0.1.0")
-    for name in (f"src/{PACKAGE}/model.py", f"src/{PACKAGE}/framework/cli.py", "configs/default.yaml"):
+    for name in (
+        f"src/{PACKAGE}/model.py",
+        f"src/{PACKAGE}/framework/cli.py",
+        "configs/default.yaml",
+    ):
         append_line(project / name, "# my own line")
     commit_all(project, "my edits, in user-owned and template-owned files")
     update(project)

@@ -1,0 +1,118 @@
+"""A user replaces the example with a model and data of their own, then uses every command.
+
+What a new user does first: render, delete the example and its tests, add their own module
+(tests/own_project/tagger.py: a transformer on token sequences, dict batches, plain
+DataLoaders over a list-backed Dataset, `val_ce` / `val_hit_rate` metrics, no
+`num_classes`), point `configs/default.yaml` at it, then run the project's tests and every
+command its README shows. Nothing of the framework is edited.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from conftest import render
+from scaffold import git, install_editable, uninstall
+
+OWN = Path(__file__).parent / "own_project"
+PACKAGE = "own_model_probe"
+EXAMPLE = ("src/{package}/model.py", "src/{package}/nets.py", "src/{package}/data.py")
+EXAMPLE_TESTS = ("tests/test_data.py", "tests/test_accuracy.py")
+
+
+@pytest.fixture(scope="module")
+def project(template, tmp_path_factory):
+    project = render(
+        template, tmp_path_factory.mktemp("own") / "project", {"project_name": "Own Model Probe"}
+    )
+    for name in (*EXAMPLE, *EXAMPLE_TESTS):
+        (project / name.format(package=PACKAGE)).unlink()
+    for source, target in (
+        ("tagger.py", f"src/{PACKAGE}/tagger.py"),
+        ("tagger_tests.py", "tests/test_tagger.py"),
+    ):
+        (project / target).write_text((OWN / source).read_text().replace("PACKAGE", PACKAGE))
+    config_path = project / "configs" / "default.yaml"
+    config = yaml.safe_load(config_path.read_text())
+    config["model"] = {"class_path": f"{PACKAGE}.tagger.CountingTransformer"}
+    config["data"] = {
+        "class_path": f"{PACKAGE}.tagger.CountingData",
+        "init_args": {"num_workers": 0},
+    }
+    config["checkpoint"].update(monitor="val_ce", mode="min")
+    config["trainer"]["max_epochs"] = 2
+    config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+    git(project, "add", "-A")
+    git(project, "commit", "-q", "--no-verify", "-m", "my own model and data")
+    install_editable(project)
+    yield project
+    uninstall(PACKAGE)
+
+
+def command(project: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", PACKAGE, *args],
+        cwd=project,
+        env={**os.environ, "WANDB_MODE": "offline"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def ok(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
+    return result.stdout + result.stderr
+
+
+@pytest.mark.slow
+def test_the_projects_own_tests_pass_unchanged_after_the_example_is_replaced(project):
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow"],
+        cwd=project,
+        env={**os.environ, "WANDB_MODE": "offline"},
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    assert " passed" in result.stdout.splitlines()[-1]
+
+
+@pytest.mark.slow
+def test_every_readme_command_works_on_the_users_own_model(project, tmp_path):
+    ok(command(project, "--help"))
+    ok(command(project, "fit", "--trainer.max_epochs=1", "--trainer.enable_progress_bar=false"))
+    checkpoints = project / "runs" / "default" / "checkpoints"
+    resumed = ok(command(project, "fit", "--ckpt_path=last", "--trainer.enable_progress_bar=false"))
+    assert "best val_ce" in resumed
+    assert torch.load(checkpoints / "last.ckpt", weights_only=True)["epoch"] == 2
+    for verb in ("validate", "test"):
+        ok(command(project, verb, "--ckpt_path=best", "--trainer.enable_progress_bar=false"))
+    ok(command(project, "predict", "--ckpt_path=last", "--trainer.enable_progress_bar=false"))
+    assert list((project / "runs" / "default" / "predictions").glob("*.pt"))
+    ok(command(project, "inspect-ckpt", str(checkpoints / "last.ckpt")))
+    ok(command(project, "doctor"))
+    exported = tmp_path / "export"
+    ok(command(project, "export", str(checkpoints / "last.ckpt"), "--output", str(exported)))
+    assert {p.suffix for p in exported.iterdir()} >= {".onnx", ".safetensors"}
+    assert "identical" in ok(command(project, "verify-determinism", "--steps", "4"))
+    ok(command(project, "fit", "--print_config"))
+
+
+@pytest.mark.slow
+def test_a_monitor_the_module_does_not_log_stops_before_training_with_the_flag(project, tmp_path):
+    result = command(
+        project, "fit", "--checkpoint.monitor=val/loss", f"--trainer.default_root_dir={tmp_path}"
+    )
+    assert result.returncode != 0
+    message = result.stdout + result.stderr
+    assert "val_ce" in message and "--checkpoint.monitor" in message
+    assert "Traceback" not in message
+    assert not list((tmp_path / "checkpoints").glob("*.ckpt"))
+    shutil.rmtree(tmp_path, ignore_errors=True)
