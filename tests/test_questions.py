@@ -40,6 +40,14 @@ BAD_ANSWERS = [
     ({"license": "GPL"}, "'GPL' is not in"),
     ({"ci": "gitlab"}, "'gitlab' is not in"),
     ({"copyright_year": "20x6"}, 'copyright_year "20x6" is not a year'),
+    ({"project_name": "Bar\nProbe"}, "project_name holds a control character"),
+    ({"project_name": "P" * 300}, "project_name is 300 characters long"),
+    ({"package_name": "p" * 61}, "package_name is 61 characters long"),
+    ({"author_name": "Ada\nLovelace"}, "author_name holds a control character"),
+    ({"author_name": "Ada\tLovelace"}, "author_name holds a control character"),
+    ({"author_name": " "}, "author_name must not be empty"),
+    ({"description": "two\nlines"}, "description holds a control character"),
+    ({"description": "d" * 201}, "description is 201 characters long"),
 ]
 
 
