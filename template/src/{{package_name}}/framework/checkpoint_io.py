@@ -7,10 +7,17 @@ a save can leave a truncated `last.ckpt` and nothing to resume from. The CLI ins
 `AtomicCheckpointIO` on every Trainer, so every save (ModelCheckpoint, interrupts,
 `trainer.save_checkpoint`) writes a temporary file in the checkpoint's own folder, flushes
 and fsyncs it, then renames it over the target: a reader sees the old file or the new one,
-never half of one. A save killed midway leaves only a `.*.partial` file behind.
+never half of one. A save killed midway leaves only a `.<name>.<pid>.partial` file
+behind (`.save.<owner>.<random>.partial`), which the next save into that folder deletes
+once its process is gone. The file
+gets the permissions any file the process writes gets (the umask), like the run's logs,
+not the owner-only 0600 of a temporary file.
 """
 
+import hashlib
 import os
+import re
+import socket
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -33,9 +40,13 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             return
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        # The name holds no "last": `--ckpt_path last` must never pick up a partial file.
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".partial")
+        _remove_abandoned_partials(path.parent)
+        # No "last" in the name: Lightning's `--ckpt_path last` takes the newest file whose
+        # name holds "last", and must never pick up a partial one.
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".save.{_owner()}.", suffix=".partial")
         try:
+            if hasattr(os, "fchmod"):  # POSIX; Windows files have no mode bits to set
+                os.fchmod(fd, 0o666 & ~_UMASK)
             with os.fdopen(fd, "wb") as handle:
                 torch.save(checkpoint, handle)
                 handle.flush()
@@ -54,6 +65,49 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         checkpoint = load_checkpoint(Path(path))
         warn_if_environment_differs(checkpoint.get("provenance"), path)
         return checkpoint
+
+
+def _read_umask() -> int:
+    mask = os.umask(0o022)  # reading the umask means setting it; put it straight back
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _read_umask()
+
+
+def _owner() -> str:
+    """Who writes a partial file (process id, hash of the host name: no dots, any host)."""
+    return f"p{os.getpid()}h{_HOST}"
+
+
+_HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+_PARTIAL_OWNER = re.compile(r"\.p(\d+)h([0-9a-f]{8})\.[^.]+\.partial$")
+
+
+def _remove_abandoned_partials(folder: Path) -> None:
+    """Delete `.*.partial` files of saves whose process on this host is gone (killed mid-save)."""
+    for partial in folder.glob(".*.partial"):
+        owner = _PARTIAL_OWNER.search(partial.name)
+        if owner and owner[2] == _HOST and not _alive(int(owner[1])):
+            partial.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` still runs here; a zombie (killed, not yet reaped) does not."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    stat = Path(f"/proc/{pid}/stat")
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):  # no /proc (macOS): os.kill's answer stands
+        return True
 
 
 def _fsync_directory(folder: Path) -> None:
