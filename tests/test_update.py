@@ -349,3 +349,16 @@ def test_rename_answer_refuses_what_it_cannot_do_safely(tmp_path, answers_text, 
     assert message in result.stderr
     if answers_text is not None:
         assert (tmp_path / ".copier-answers.yml").read_text() == answers_text
+
+
+def test_changing_package_name_on_update_is_refused_before_anything_changes(release_a, tmp_path):
+    project = copy_at(release_a, tmp_path / "project", "v0.1.0")
+    with pytest.raises(
+        ValueError,
+        match=r'package_name cannot change on update \("update_probe" -> "renamed_probe"\)',
+    ):
+        update(project, data={"package_name": "renamed_probe"})
+    assert git(project, "status", "--porcelain", "--untracked-files=all") == ""
+    assert not (project / "src" / "renamed_probe").exists()
+    update(project)  # the same update without the rename goes through
+    assert answers(project)["package_name"] == PACKAGE
