@@ -10,6 +10,7 @@ any check fails. Nothing is trained, built or generated: the config is only pars
 """
 
 import dataclasses
+import functools
 import importlib.util
 import os
 import sys
@@ -27,11 +28,12 @@ USAGE = __doc__.replace("<package>", PACKAGE)
 
 
 class _Resolved(Exception):
-    """Carries the parsed config out of LightningCLI before it builds anything."""
+    """Carries the parsed config (and the CLI that parsed it) out of LightningCLI."""
 
-    def __init__(self, config: dict) -> None:
+    def __init__(self, cli) -> None:
         super().__init__("config resolved")
-        self.config = config
+        self.cli = cli
+        self.config = cli.config.fit.as_dict()
 
 
 def resolve_config(args: Sequence[str]) -> dict:
@@ -40,20 +42,37 @@ def resolve_config(args: Sequence[str]) -> dict:
     LightningCLI has no parse-only mode for its subcommands: the parse hook hands the
     result out by raising, before seeding, instantiation or any data preparation.
     """
+    cli = _parse_only_cli()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
+        try:
+            cli.parse_arguments(cli.parser, ["fit", *args])
+        except _Resolved as resolved:
+            return resolved.config
+    raise RuntimeError("LightningCLI returned without parsing")  # parse_arguments always raises
+
+
+@functools.cache
+def _parse_only_cli():
+    """The project's CLI with a parse hook that raises, built once per process.
+
+    Building LightningCLI's parsers costs about as much as a parse: a test that resolves
+    every pair of presets reuses them.
+    """
     from ..cli import ProjectCLI
 
     class ParseOnly(ProjectCLI):
         def parse_arguments(self, parser, args) -> None:
             super().parse_arguments(parser, args)
-            raise _Resolved(self.config.fit.as_dict())
+            raise _Resolved(self)
 
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
         try:
-            ParseOnly(args=["fit", *args])
+            ParseOnly(args=["fit"])
         except _Resolved as resolved:
-            return resolved.config
-    raise RuntimeError("LightningCLI returned without parsing")  # parse_arguments always runs
+            return resolved.cli
+    raise RuntimeError("LightningCLI returned without parsing")  # parse_arguments always raises
 
 
 def provenance_class() -> str | None:

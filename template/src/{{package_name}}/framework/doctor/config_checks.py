@@ -2,19 +2,26 @@
 """Checks of the resolved run config against this machine and its environment (DR001-DR010).
 
 Each reads the config as plain data, the way `fit` with the same flags would resolve it,
-and never builds the model, the data or a Trainer.
+and never builds the model, the data or a Trainer. Device, processes and precision are the
+resolver's answers (`context.plan`, see framework/hardware.py): DR005 and DR008 fail exactly
+when the Trainer guard would stop `fit`, with the guard's own words.
 """
 
 import re
 
-from . import hardware
+from ..hardware import PRECISION_FLAGS, Refusal
 from .context import Context, init_args
 from .registry import Result, check, failed, passed, warned
 
 MIN_COMPILE_TORCH = (2, 4)  # in-place `module.compile()` and the callback's options
-FIX_PRECISION = (
-    "on CPU use `--trainer.precision bf16-mixed`, or configs/presets/fp16.yaml for real fp16"
-)
+
+
+def _refused(refusals: list[Refusal]) -> Result:
+    """The guard's refusals as one failed result: what `fit` would stop with."""
+    return failed(
+        "; ".join(f"--trainer.{r.flag} {r.value}: {r.problem}" for r in refusals),
+        " ".join(r.fix for r in refusals),
+    )
 
 
 @check("DR001", "seed-set")
@@ -66,7 +73,8 @@ def dataloader_workers(context: Context) -> Result:
     workers = args["num_workers"]
     if workers is None or workers == "auto":
         return passed("num_workers: auto (sized to this machine when the loaders are built)")
-    processes = (hardware.devices_per_node(context) or 1) if hardware.is_distributed(context) else 1
+    plan = context.plan
+    processes = (plan.devices_per_node or 1) if plan.distributed else 1
     cpus = context.machine.cpus
     if int(workers) < 0 or int(workers) * processes > cpus:
         return failed(
@@ -96,7 +104,7 @@ def dataloader_workers(context: Context) -> Result:
 
 @check("DR004", "pin-memory")
 def pin_memory(context: Context) -> Result:
-    args, kind = context.data_args or {}, hardware.accelerator(context)
+    args, kind = context.data_args or {}, context.plan.device
     if "pin_memory" not in args:
         if kind == "cuda":
             return warned(
@@ -123,47 +131,26 @@ def pin_memory(context: Context) -> Result:
 
 @check("DR005", "precision-supported")
 def precision_supported(context: Context) -> Result:
-    plugin, flag = hardware.precision_plugin(context), hardware.precision_flag(context)
-    kind, machine = hardware.accelerator(context), context.machine
-    if plugin is not None and flag is not None:
+    plan = context.plan
+    refusals = [r for r in plan.refusals if r.flag in PRECISION_FLAGS]
+    if refusals:
+        return _refused(refusals)
+    if plan.precision.startswith("transformer-engine") and (
+        "transformer_engine" not in context.machine.modules
+    ):
         return failed(
-            f"both trainer.precision ({flag}) and a precision plugin ({plugin['class_path']}) are "
-            "set: Lightning refuses to start",
-            "keep one: drop `trainer.precision` when a preset adds a precision plugin",
-        )
-    precision = hardware.effective_precision(context)
-    if plugin is not None:
-        device = str(init_args(plugin).get("device") or kind)
-        if device != kind and not (device == "cuda" and kind == "gpu"):
-            return failed(
-                f"the precision plugin runs on device {device!r} but training runs on {kind}",
-                f"set the plugin's `device: {kind}` or choose the matching accelerator",
-            )
-    elif flag == "16-mixed" and kind == "cpu":
-        return failed(
-            "precision 16-mixed on CPU: Lightning silently trains in bf16-mixed instead "
-            "(no fp16, no GradScaler)",
-            FIX_PRECISION,
-        )
-    if precision.startswith("transformer-engine") and "transformer_engine" not in machine.modules:
-        return failed(
-            f"precision {precision} needs NVIDIA Transformer Engine, which is not installed",
+            f"precision {plan.precision} needs NVIDIA Transformer Engine, which is not installed",
             "`pip install transformer-engine` on a Hopper-class GPU, or use bf16-mixed",
         )
-    if precision.startswith("bf16") and kind == "cuda" and not machine.cuda_bf16:
-        return failed(
-            f"precision {precision} on a GPU without bfloat16 support (pre-Ampere)",
-            "`--trainer.precision 16-mixed` (fp16 with a GradScaler)",
-        )
-    if precision.startswith("64") and kind == "mps":
-        return failed("precision 64-true on MPS: Apple GPUs have no float64", "use 32-true")
-    return passed(f"{precision} on {kind}")
+    if plan.cpu_fp16:
+        return passed("16-mixed on cpu: real float16 autocast with a CPU GradScaler")
+    return passed(f"{plan.precision} on {plan.device}")
 
 
 @check("DR006", "amp-grad-scaler")
 def amp_grad_scaler(context: Context) -> Result:
-    precision = hardware.effective_precision(context)
-    scaler = init_args(hardware.precision_plugin(context)).get("scaler")
+    precision = context.plan.precision
+    scaler = init_args(context.plan.precision_plugin).get("scaler")
     if precision == "16-true":
         return failed(
             "precision 16-true trains weights and gradients in fp16 with no loss scaling: "
@@ -218,7 +205,7 @@ def compile_config(context: Context) -> Result:
             f"compile mode {mode!r} is unknown to torch {machine.torch_version}",
             f"use one of: {', '.join(sorted(machine.compile_modes))}",
         )
-    kind = hardware.accelerator(context)
+    kind = context.plan.device
     if backend == "inductor" and kind == "cpu" and machine.cxx is None:
         detail = "inductor on CPU compiles C++, and no C++ compiler was found"
         fix = "install g++ (Linux), Xcode tools (macOS) or MSVC (Windows), or set $CXX"
@@ -233,50 +220,35 @@ def compile_config(context: Context) -> Result:
 
 @check("DR008", "ddp-devices")
 def ddp_devices(context: Context) -> Result:
-    trainer, kind = context.trainer, hardware.accelerator(context)
-    available = hardware.available_devices(context)
-    if available == 0:
-        return failed(
-            f"accelerator {trainer.get('accelerator')!r} asks for a GPU, and torch sees none",
-            "`--trainer.accelerator auto` (or cpu); on a GPU node check the driver and "
-            "CUDA_VISIBLE_DEVICES",
-        )
-    devices = trainer.get("devices", "auto")
-    ids = devices if isinstance(devices, list) else []
-    wanted = hardware.devices_per_node(context)
-    if available is not None and (
-        any(int(i) >= available for i in ids) or (wanted or 0) > available
-    ):
-        return failed(
-            f"devices: {devices} but this machine has {available} {kind} device(s)",
-            f"`--trainer.devices {available}` (or auto)",
-        )
-    if not hardware.is_distributed(context):
-        return passed(f"single process on {kind}")
-    processes = (wanted or 1) * hardware.num_nodes(context)
+    plan, strategy = context.plan, context.trainer.get("strategy")
+    refusals = [r for r in plan.refusals if r.flag not in PRECISION_FLAGS]
+    if refusals:
+        return _refused(refusals)
+    if not plan.distributed:
+        return passed(f"single process on {plan.device}")
+    processes = (plan.devices_per_node or 1) * plan.num_nodes
     if processes == 1:
         return warned(
-            f"strategy {trainer.get('strategy')} with one process: DDP's overhead, no speed-up",
+            f"strategy {strategy} with one process: DDP's overhead, no speed-up",
             "`--trainer.devices N` with N > 1, or drop the ddp preset",
         )
-    if trainer.get("use_distributed_sampler") is False:
+    if context.trainer.get("use_distributed_sampler") is False:
         return warned(
             "use_distributed_sampler: false: every rank reads the whole dataset unless your "
             "loaders shard it and call DistributedSampler.set_epoch each epoch",
             "remove `use_distributed_sampler: false` (Lightning adds the sampler and set_epoch)",
         )
-    if kind == "cpu" and processes > context.machine.cpus:
+    if plan.device == "cpu" and processes > context.machine.cpus:
         return warned(
             f"{processes} CPU processes on {context.machine.cpus} cores",
             f"`--trainer.devices {context.machine.cpus}` or fewer",
         )
-    return passed(f"{processes} processes ({wanted} per node) on {kind}")
+    return passed(f"{processes} processes ({plan.devices_per_node} per node) on {plan.device}")
 
 
 @check("DR009", "multinode-env")
 def multinode_env(context: Context) -> Result:
-    env, nodes = context.env, hardware.num_nodes(context)
-    per_node = hardware.devices_per_node(context)
+    env, nodes, per_node = context.env, context.plan.num_nodes, context.plan.devices_per_node
     # Lightning ignores SLURM's variables in an interactive allocation (`srun --pty bash`).
     slurm = "SLURM_NTASKS" in env and env.get("SLURM_JOB_NAME") not in ("bash", "interactive")
     if slurm:

@@ -3,6 +3,8 @@
 
 The machine is probed once into plain facts (`Machine`), so every check is a pure function
 of its `Context` and a test can ask "what would doctor say on a 2-GPU node?" on a laptop.
+Where the run trains (device, processes, precision) is not decided here: `Context.plan` is
+the answer of `framework.hardware.resolve`, the resolver the Trainer guard applies too.
 """
 
 import importlib.util
@@ -10,19 +12,19 @@ import os
 import platform
 import shutil
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from functools import cached_property
 from pathlib import Path
+
+from ..hardware import Hardware, Plan, probe, resolve
 
 
 @dataclass(frozen=True)
-class Machine:
-    """The facts about this machine that the checks need."""
+class Machine(Hardware):
+    """The facts about this machine that the checks need: its `Hardware` and more."""
 
     system: str  # platform.system(): "Linux", "Darwin" or "Windows"
     cpus: int  # CPU cores this process may use
-    cuda_devices: int
-    cuda_bf16: bool  # every visible CUDA device computes in bfloat16
-    mps: bool
     torch_version: str
     cxx: str | None  # the C++ compiler inductor would call on CPU, if any
     modules: frozenset[str]  # optional packages present (e.g. transformer_engine)
@@ -34,7 +36,6 @@ def probe_machine(with_compiler: bool) -> Machine:
     """This machine's facts; dynamo and inductor are imported only `with_compiler` (seconds)."""
     import torch
 
-    cuda = torch.cuda.device_count()
     dynamo_supported = compile_modes = None
     if with_compiler:
         import torch._dynamo
@@ -43,11 +44,9 @@ def probe_machine(with_compiler: bool) -> Machine:
         dynamo_supported = torch._dynamo.is_dynamo_supported()
         compile_modes = frozenset(torch._inductor.list_mode_options())
     return Machine(
+        **asdict(probe()),
         system=platform.system(),
         cpus=_usable_cpus(),
-        cuda_devices=cuda,
-        cuda_bf16=cuda > 0 and torch.cuda.is_bf16_supported(),
-        mps=torch.backends.mps.is_available(),
         torch_version=torch.__version__.split("+")[0],
         cxx=_cxx(),
         modules=frozenset(
@@ -88,6 +87,11 @@ class Context:
     @property
     def trainer(self) -> dict:
         return self.config.get("trainer") or {}
+
+    @cached_property
+    def plan(self) -> Plan:
+        """Where and how `fit` would train this config on this machine, or why it would not."""
+        return resolve(self.trainer, self.machine)
 
     @property
     def data_args(self) -> dict | None:
