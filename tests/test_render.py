@@ -124,7 +124,7 @@ def test_copy_makes_a_git_repository_with_a_clean_first_commit(rendered):
 def test_skip_tasks_still_yields_a_complete_project(template, tmp_path):
     project = render(template, tmp_path / "p", {"project_name": "No Tasks"}, skip_tasks=True)
     assert not (project / ".git").exists()
-    assert (project / "src" / "no_tasks" / "cli.py").is_file()
+    assert (project / "src" / "no_tasks" / "framework" / "cli.py").is_file()
 
 
 def test_copy_into_an_existing_repository_does_not_nest_one(template, tmp_path):
