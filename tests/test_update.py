@@ -265,6 +265,7 @@ def test_migration_runs_once_when_its_release_is_crossed(release_a, tmp_path, ca
     # v0.2.0 renames the question `ci` to `ci_provider`; its migration keeps the answer.
     old_dir = 'template/{% if ci == "github" %}.github{% endif %}'
     git(release_a, "mv", old_dir, old_dir.replace("if ci ==", "if ci_provider =="))
+    # Prepended to the template's own migrations (the rename runs at stage "before").
     migration = """_migrations:
   - version: v0.2.0
     when: "{{ _stage == 'before' }}"
@@ -276,7 +277,7 @@ def test_migration_runs_once_when_its_release_is_crossed(release_a, tmp_path, ca
         "v0.2.0",
         [
             ("copier.yml", "\nci:\n", "\nci_provider:\n"),
-            ("copier.yml", "_migrations: []\n", migration),
+            ("copier.yml", "_migrations:\n", migration),
         ],
     )
     log_line = "migration rename-answer: answer 'ci' renamed to 'ci_provider' (kept 'none')."
