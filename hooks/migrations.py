@@ -23,6 +23,7 @@ import argparse
 import ast
 import io
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -250,6 +251,27 @@ class ImportRewriter:
             path.write_bytes("".join(lines).encode("utf-8"))
 
 
+def dropped_edits(project: Path) -> list[str]:
+    """Template files the update deleted although the user had changed them.
+
+    Copier deletes every file the new release no longer has, edited or not: an edit to
+    src/<package>/loaders.py is not carried over to framework/loaders.py. Git still holds
+    it; a template file committed more than once was changed after it was copied.
+    """
+
+    def git(*args: str) -> str:
+        result = subprocess.run(["git", *args], cwd=project, capture_output=True, text=True)
+        return result.stdout if result.returncode == 0 else ""
+
+    return [
+        name
+        for name in git("ls-files", "--deleted", "-z").split("\0")
+        if name.startswith(("src/", "tests/"))
+        and git("show", f"HEAD:{name}").startswith(HEADER + "\n")
+        and int(git("rev-list", "--count", "HEAD", "--", name) or 0) > 1
+    ]
+
+
 def framework_imports(project: Path, package: str) -> int:
     framework = project / "src" / package / "framework"
     if not (framework / "__init__.py").is_file():
@@ -265,6 +287,16 @@ def framework_imports(project: Path, package: str) -> int:
         rewriter.python_file(path)
     for path in sorted([*project.glob("configs/**/*.yaml"), *project.glob("configs/**/*.yml")]):
         rewriter.config_file(path)
+    for name in dropped_edits(project):
+        rewriter.by_hand.append(
+            (
+                name,
+                0,
+                "you changed it, and the update deleted it with your changes (the framework "
+                f"moved to src/{package}/framework/ and tests/framework/): `git log -p -- {name}` "
+                "shows them; apply them again to the moved file",
+            )
+        )
     if not (rewriter.rewritten or rewriter.by_hand):
         print("migration framework-imports: none of your files imports the old flat modules.")
         return 0
@@ -280,7 +312,7 @@ def framework_imports(project: Path, package: str) -> int:
             "(a dev dependency) sorts and merges them."
         )
     for path, line, action in sorted(rewriter.by_hand):
-        print(f"  TO DO {path}:{line}: {action}")
+        print(f"  TO DO {path}:{line}: {action}" if line else f"  TO DO {path}: {action}")
     return 0
 
 

@@ -407,6 +407,7 @@ def test_update_from_the_flat_layout_migrates_the_users_imports(tmp_path, capfd)
         + "# my own line in data.py\n"
     )
     append_line(model_py, "# my own line in model.py")
+    append_line(package / "loaders.py", "# my fix in a framework file")
     config = project / "configs" / "default.yaml"
     config.write_text(config.read_text().replace("max_epochs: 6 ", "max_epochs: 3 "))
     append_line(config, "# my own line in default.yaml")
@@ -471,6 +472,9 @@ def test_update_from_the_flat_layout_migrates_the_users_imports(tmp_path, capfd)
         todo = f"TO DO src/{LAYOUT_PACKAGE}/data.py:{resume_line}: {name}: "
         assert printed.count(todo) == 1, printed
     assert "StatefulDataLoader" in printed and "ruff check --fix" in printed
+    # Copier deletes a moved file even when the user changed it; the printout says so.
+    dropped = f"TO DO src/{LAYOUT_PACKAGE}/loaders.py: you changed it, and the update deleted it"
+    assert printed.count(dropped) == 1, printed
     assert "rewritten tests/test_accuracy.py:" in printed
 
     # Idempotent: a second run finds the hand work again and changes nothing.
