@@ -78,9 +78,14 @@ def answers(project: Path) -> dict:
 
 
 def files_with_conflicts(project: Path) -> list[str]:
-    # An unmerged file is listed once per stage, hence the set.
+    # An unmerged file is listed once per stage, hence the set; one the update deleted is
+    # still in the index.
     listed = set(git(project, "ls-files", "--cached", "--others", "--exclude-standard").split())
-    return sorted(name for name in listed if CONFLICT_MARKER.search((project / name).read_text()))
+    return sorted(
+        name
+        for name in listed
+        if (project / name).is_file() and CONFLICT_MARKER.search((project / name).read_text())
+    )
 
 
 def written_once(project: Path) -> set[str]:
@@ -269,6 +274,7 @@ def test_migration_runs_once_when_its_release_is_crossed(release_a, tmp_path, ca
     # v0.2.0 renames the question `ci` to `ci_provider`; its migration keeps the answer.
     old_dir = 'template/{% if ci == "github" %}.github{% endif %}'
     git(release_a, "mv", old_dir, old_dir.replace("if ci ==", "if ci_provider =="))
+    # Prepended to the template's own migrations (the rename runs at stage "before").
     migration = """_migrations:
   - version: v0.2.0
     when: "{{ _stage == 'before' }}"
@@ -280,7 +286,7 @@ def test_migration_runs_once_when_its_release_is_crossed(release_a, tmp_path, ca
         "v0.2.0",
         [
             ("copier.yml", "\nci:\n", "\nci_provider:\n"),
-            ("copier.yml", "_migrations: []\n", migration),
+            ("copier.yml", "_migrations:\n", migration),
         ],
     )
     log_line = "migration rename-answer: answer 'ci' renamed to 'ci_provider' (kept 'none')."
@@ -362,3 +368,163 @@ def test_changing_package_name_on_update_is_refused_before_anything_changes(rele
     assert not (project / "src" / "renamed_probe").exists()
     update(project)  # the same update without the rename goes through
     assert answers(project)["package_name"] == PACKAGE
+
+
+FLAT_RELEASE = "832c52e"  # v0.1.0 as released: the framework flat in src/<package>/
+LAYOUT_PACKAGE = "layout_probe"
+
+
+def flat_release_then_this_checkout(template: Path) -> Path:
+    """A template repository whose v0.1.0 is the flat release and v0.2.0 this checkout.
+
+    The release is taken from this repository's history, not rebuilt, so the test updates
+    exactly the files users copied.
+    """
+    found = subprocess.run(
+        ["git", "cat-file", "-e", f"{FLAT_RELEASE}^{{commit}}"], cwd=REPO, capture_output=True
+    )
+    if found.returncode != 0:
+        pytest.fail(
+            f"commit {FLAT_RELEASE} (release v0.1.0, the flat layout) is not in {REPO}: the "
+            "update from it cannot be tested. Clone the full history (`git fetch --unshallow`, "
+            "or `fetch-depth: 0` in actions/checkout)."
+        )
+    template.mkdir()
+    archive = subprocess.run(
+        ["git", "archive", FLAT_RELEASE], cwd=REPO, capture_output=True, check=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(template)], input=archive, check=True)
+    git(template, "init", "-q", "-b", "main")
+    git(template, "add", "-A")
+    git(template, "commit", "-q", "-m", "v0.1.0: the flat layout")
+    git(template, "tag", "v0.1.0")
+    git(template, "rm", "-rq", ".")  # what the working tree no longer has must not linger
+    return snapshot_template(template, tag="v0.2.0")
+
+
+def test_update_from_the_flat_layout_migrates_the_users_imports(tmp_path, capfd):
+    """v0.1.0 -> v0.2.0 moved the framework; the user's files, never updated, must follow."""
+    template = flat_release_then_this_checkout(tmp_path / "template")
+    project = copy_at(template, tmp_path / "project", "v0.1.0", project_name="Layout Probe")
+    package = project / "src" / LAYOUT_PACKAGE
+    flat_owned = sorted(
+        path.relative_to(project).as_posix()
+        for path in [*package.rglob("*.py"), *(project / "tests").rglob("*.py")]
+        if path.read_text().startswith(HEADER + "\n")
+    )
+
+    # The user's v0.1.0 project: edits in their files, and a config of their own.
+    data_py, model_py = package / "data.py", package / "model.py"
+    data_py.write_text(
+        data_py.read_text().replace("batch_size: int = 64,", "batch_size: int = 32,")
+        + "# my own line in data.py\n"
+    )
+    append_line(model_py, "# my own line in model.py")
+    append_line(package / "loaders.py", "# my fix in a framework file")
+    config = project / "configs" / "default.yaml"
+    config.write_text(config.read_text().replace("max_epochs: 6 ", "max_epochs: 3 "))
+    append_line(config, "# my own line in default.yaml")
+    mine_yaml = project / "configs" / "mine.yaml"
+    mine_yaml.write_text(
+        "trainer:\n  callbacks+:\n"
+        f"    - class_path: {LAYOUT_PACKAGE}.lr_scaling.LinearLRScaling  # my preset\n"
+    )
+    commit_all(project, "my model, data and configs")
+    before = {
+        path: path.read_bytes()
+        for path in [*package.glob("*.py"), *(project / "tests").glob("*.py"), mine_yaml]
+        if path.relative_to(project).as_posix() not in flat_owned
+    }
+    assert len(before) == 6, sorted(before)  # model, nets, data, their two tests, mine.yaml
+    capfd.readouterr()
+
+    update(project)
+    printed = capfd.readouterr()
+    printed = printed.out + printed.err
+
+    assert answers(project)["_commit"] == "v0.2.0"
+    assert not list(project.rglob("*.rej"))
+    assert files_with_conflicts(project) == []
+    # The flat framework is gone, moved to framework/ and tests/framework/; the package's
+    # __init__.py and __main__.py stay where `python -m <package>` needs them.
+    kept = [name for name in flat_owned if (project / name).exists()]
+    assert kept == [f"src/{LAYOUT_PACKAGE}/__init__.py", f"src/{LAYOUT_PACKAGE}/__main__.py"]
+    for name in ("cli.py", "loaders.py", "paths.py", "resume.py", "doctor", "health"):
+        assert (package / "framework" / name).exists() and not (package / name).exists(), name
+    assert (project / "tests" / "framework" / "conftest.py").is_file()
+
+    # The user's files: byte for byte, but for the import lines the migration rewrote.
+    rewrites = {
+        data_py: [
+            (b"from .loaders import LoaderOptions\n", b"from .framework import LoaderOptions\n"),
+            (b"from .paths import project_path\n", b"from .framework import project_path\n"),
+        ],
+        project / "tests" / "test_accuracy.py": [
+            (
+                f"from {LAYOUT_PACKAGE}.cli import ProjectCLI\n".encode(),
+                f"from {LAYOUT_PACKAGE}.framework import ProjectCLI\n".encode(),
+            )
+        ],
+        mine_yaml: [(b"lr_scaling", b"framework.lr_scaling")],
+    }
+    for path, old_bytes in before.items():
+        expected = old_bytes
+        for old, new in rewrites.get(path, []):
+            assert expected.count(old) == 1, (path, old)
+            expected = expected.replace(old, new)
+        assert path.read_bytes() == expected, f"{path.name} changed beyond its import lines"
+    text = config.read_text()
+    assert "max_epochs: 3 " in text and text.endswith("# my own line in default.yaml\n")
+    class_paths = re.findall(rf"class_path: {LAYOUT_PACKAGE}\.(\w+)\.", text)
+    assert set(class_paths) == {"framework", "model", "nets", "data"}, class_paths
+
+    # What needs a hand is listed, file and line, once each.
+    lines = data_py.read_text().splitlines()
+    resume_line = lines.index("from .resume import ResumableDataLoader, run_seed") + 1
+    for name in ("ResumableDataLoader", "run_seed"):
+        todo = f"TO DO src/{LAYOUT_PACKAGE}/data.py:{resume_line}: {name}: "
+        assert printed.count(todo) == 1, printed
+    assert "StatefulDataLoader" in printed and "ruff check --fix" in printed
+    # Copier deletes a moved file even when the user changed it; the printout says so.
+    dropped = f"TO DO src/{LAYOUT_PACKAGE}/loaders.py: you changed it, and the update deleted it"
+    assert printed.count(dropped) == 1, printed
+    assert "rewritten tests/test_accuracy.py:" in printed
+
+    # Idempotent: a second run finds the hand work again and changes nothing.
+    commit_all(project, "update to v0.2.0")
+    again = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "hooks" / "migrations.py"),
+            "framework-imports",
+            LAYOUT_PACKAGE,
+        ],
+        cwd=project,
+        capture_output=True,
+        text=True,
+    )
+    assert again.returncode == 0 and "rewritten" not in again.stdout, again.stdout + again.stderr
+    assert git(project, "status", "--porcelain", "--untracked-files=all") == ""
+
+    # The framework imports and the CLI starts; data.py fails only on the import listed.
+    env = {**os.environ, "PYTHONPATH": str(project / "src")}  # not installed: the venv is shared
+    probe = (
+        f"from {LAYOUT_PACKAGE}.framework import LoaderOptions, ProjectCLI, project_path\n"
+        f"import {LAYOUT_PACKAGE}.model\n"
+        "try:\n"
+        f"    import {LAYOUT_PACKAGE}.data\n"
+        "except ModuleNotFoundError as error:\n"
+        "    print('missing', error.name)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=project, env=env, capture_output=True, text=True
+    )
+    assert result.stdout == f"missing {LAYOUT_PACKAGE}.resume\n", result.stdout + result.stderr
+    result = subprocess.run(
+        [sys.executable, "-m", LAYOUT_PACKAGE, "--help"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0 and "fit" in result.stdout, result.stdout + result.stderr
