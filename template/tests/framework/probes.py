@@ -9,7 +9,9 @@ outside the run root so that "only rank 0 wrote files" stays checkable.
 import json
 import os
 import signal
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 import torch
@@ -56,7 +58,7 @@ class Probe(L.Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         if batch_idx == 0 and "first_batch_sum" not in self.facts:
-            self.facts["first_batch_sum"] = float(batch[0].double().sum())
+            self.facts["first_batch_sum"] = float(first_tensor(batch).double().sum())
             self.facts["first_loss"] = float(outputs["loss"])
         if self.signal_at_step is not None and trainer.global_step == self.signal_at_step:
             os.kill(os.getpid(), signal.SIGUSR1)
@@ -67,11 +69,18 @@ class Probe(L.Callback):
             global_step=trainer.global_step,
             parameter_checksum=float(parameters.sum()),
             parameter_norm=float(parameters.norm()),
-            val_loss=float(trainer.callback_metrics.get("val/loss", torch.tensor(float("nan")))),
+            metrics={key: float(value) for key, value in trainer.callback_metrics.items()},
         )
         out = Path(self.out_dir)
         out.mkdir(parents=True, exist_ok=True)
         (out / f"probe-rank{trainer.global_rank}.json").write_text(json.dumps(self.facts))
+
+
+def first_tensor(batch: Any) -> torch.Tensor:
+    """The batch's first tensor: `batch[0]` of a tuple batch, the first value of a dict."""
+    while not isinstance(batch, torch.Tensor):
+        batch = next(iter(batch.values() if isinstance(batch, Mapping) else batch))
+    return batch
 
 
 def probe_arg(out_dir: Path, **init_args) -> str:
