@@ -8,4 +8,4 @@ The `__main__` guard matters: DDP and DataLoader workers started with the "spawn
 from .framework.cli import main
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())  # a tool's exit status (doctor: 1 on a failed check) is the shell's

@@ -4,43 +4,57 @@ YOURS to edit (the template never overwrites it on update). Keep the network in
 `nets.py` and the data in `data.py`; this file holds only the training logic.
 """
 
-import math
+from collections.abc import Iterable
 
 import lightning as L
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torch import nn
-from torch.optim.lr_scheduler import LambdaLR
+from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, SequentialLR
 from torchmetrics.classification import MulticlassAccuracy
 
 
+def adamw(params: Iterable[torch.Tensor]) -> torch.optim.Optimizer:
+    """The default optimizer (configs/default.yaml sets the same): AdamW, lr 3e-3."""
+    return torch.optim.AdamW(params, lr=3e-3, weight_decay=1e-4)
+
+
 class ImageClassifier(L.LightningModule):
-    """Classifies images with an injected network; AdamW with linear warmup then cosine decay.
+    """Classifies images with an injected network, optimizer and lr schedule.
+
+    The network, the optimizer and the scheduler come from the config, so another one is a
+    flag, not an edit: `--model.optimizer torch.optim.SGD --model.optimizer.lr 0.1`.
 
     Args:
         net: the network, (N, C, H, W) -> (N, num_classes) logits (`nets.ConvNet` by default).
-        num_classes: number of classes; labels are integers in [0, num_classes).
-        lr: peak learning rate, reached after the warmup.
-        weight_decay: AdamW weight decay.
-        warmup_fraction: share of all optimisation steps spent warming the lr up from 0.
+        num_classes: number of classes; labels are integers in [0, num_classes). Under the
+            CLI it is the data's (`data.init_args.num_classes`), linked in.
+        optimizer: builds the optimizer from the parameters; its lr is the peak lr.
+        scheduler: builds a per-step lr scheduler from the optimizer; None (the default):
+            linear warmup from ~0 over `warmup_fraction` of all steps, then cosine decay to 0.
+        warmup_fraction: share of all optimisation steps the default schedule warms up.
     """
 
     def __init__(
         self,
         net: nn.Module,
         num_classes: int = 8,
-        lr: float = 3e-3,
-        weight_decay: float = 1e-4,
+        optimizer: OptimizerCallable = adamw,
+        scheduler: LRSchedulerCallable | None = None,
         warmup_fraction: float = 0.05,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
-        if isinstance(self.hparams.get("net"), nn.Module):
-            # Built in plain Python, the net is already in the state_dict; a pickled module
-            # would break weights-only loading. Under LightningCLI `net` is its class_path
-            # config, which `load_from_checkpoint` uses to rebuild the network.
-            self.remove_ignored_hparams(["net"])
+        # Built in plain Python, these are objects: a pickled module or function would break
+        # weights-only loading (and the net is in the state_dict already). Under LightningCLI
+        # they are their class_path configs, which `load_from_checkpoint` rebuilds from.
+        self.remove_ignored_hparams(
+            [name for name in ("net", "optimizer", "scheduler") if callable(self.hparams[name])]
+        )
         self.net = net
+        self.optimizer = optimizer
+        self.scheduler = scheduler
         self.num_classes = num_classes
         self.train_acc = MulticlassAccuracy(num_classes)
         self.val_acc = MulticlassAccuracy(num_classes)
@@ -82,19 +96,20 @@ class ImageClassifier(L.LightningModule):
         return {"label": probabilities.argmax(dim=-1), "probabilities": probabilities}
 
     def configure_optimizers(self):
-        optimizer = torch.optim.AdamW(
-            self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay
-        )
-        total = max(1, int(self.trainer.estimated_stepping_batches))
-        warmup = max(1, int(self.hparams.warmup_fraction * total))
-
-        def warmup_then_cosine(step: int) -> float:
-            if step < warmup:
-                return (step + 1) / warmup
-            progress = min(1.0, (step - warmup) / max(1, total - warmup))
-            return 0.5 * (1.0 + math.cos(math.pi * progress))
-
-        scheduler = LambdaLR(optimizer, warmup_then_cosine)
+        optimizer = self.optimizer(self.parameters())
+        if self.scheduler is not None:
+            scheduler = self.scheduler(optimizer)
+        else:
+            total = max(2, int(self.trainer.estimated_stepping_batches))
+            warmup = min(total - 1, max(1, int(self.hparams.warmup_fraction * total)))
+            scheduler = SequentialLR(
+                optimizer,
+                [
+                    LinearLR(optimizer, start_factor=1 / warmup, total_iters=warmup),
+                    CosineAnnealingLR(optimizer, T_max=total - warmup),
+                ],
+                milestones=[warmup],
+            )
         return {
             "optimizer": optimizer,
             "lr_scheduler": {"scheduler": scheduler, "interval": "step"},

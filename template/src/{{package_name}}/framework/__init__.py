@@ -17,7 +17,7 @@ from typing import Any
 # name -> module (relative to this package) that defines it
 PUBLIC = {
     "LoaderOptions": ".loaders",
-    "ProjectCLI": ".cli",
+    "ProjectCLI": ".lightning_cli",
     "project_path": ".paths",
 }
 __all__ = sorted(PUBLIC)

@@ -8,9 +8,8 @@ module tree, and so every state_dict key, as it was. (`nn.Module.compile()` keep
 clean too, but on a plain `nn.Sequential` it compiles nothing at all.)
 
 The callback also refuses to pretend: after the first batch it checks that dynamo really
-compiled a graph (the counters and cache it reads are torch's debugging aids; torch has
-no public "did this compile" query), and a compilation error names the module and the
-option to change.
+compiled a graph (torch has no public "did this compile" query: see private_apis.py), and
+a compilation error names the module and the option to change.
 """
 
 import functools
@@ -21,9 +20,8 @@ import lightning as L
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
-from torch._dynamo.eval_frame import _debug_get_cache_entry_list
-from torch._dynamo.exc import TorchDynamoException
-from torch._dynamo.utils import counters
+
+from .private_apis import DynamoError, compiled_graph_count, has_compiled_code
 
 
 class CompileError(RuntimeError):
@@ -155,11 +153,11 @@ class TorchCompile(L.Callback):
         def forward(*args: Any, **kwargs: Any) -> Any:
             if self._eager:
                 return eager(*args, **kwargs)
-            before = counters["stats"]["unique_graphs"]
+            before = compiled_graph_count()
             self._calls += 1
             try:
                 output = compiled(*args, **kwargs)
-            except TorchDynamoException as error:
+            except DynamoError as error:
                 hint = (
                     "set `fullgraph: false` to let dynamo split the graph at the break"
                     if self.fullgraph
@@ -173,8 +171,8 @@ class TorchCompile(L.Callback):
                 )
                 return eager(*args, **kwargs)
             if not self.compiled:
-                self.compiled = counters["stats"]["unique_graphs"] > before or bool(
-                    _debug_get_cache_entry_list(eager.__code__)  # compiled by an earlier run
+                self.compiled = compiled_graph_count() > before or has_compiled_code(
+                    eager.__code__  # compiled by an earlier run
                 )
             return output
 

@@ -8,7 +8,6 @@ the run was started with, as YAML.
 
 import argparse
 import json
-import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -56,7 +55,8 @@ def summarize(checkpoint: dict) -> dict:
 
 
 def inspect_checkpoint(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="inspect-ckpt", description=__doc__)
+    prog = f"python -m {__package__.split('.')[0]} inspect-ckpt"
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__)
     parser.add_argument("path", type=Path, help="a .ckpt file")
     parser.add_argument("--config", action="store_true", help="print the run's resolved config")
     args = parser.parse_args(argv)
@@ -69,17 +69,25 @@ def inspect_checkpoint(argv: Sequence[str]) -> int:
     return 0
 
 
-def explain_state_dict_mismatch(error: RuntimeError, ckpt_path: str | None) -> None:
-    """Turn torch's key-mismatch error into a one-paragraph exit listing the keys, with hints."""
-    message = str(error)
-    if "Error(s) in loading state_dict" not in message:
+def check_weights_fit(model: torch.nn.Module, checkpoint: dict, path: Path) -> None:
+    """Stop with one paragraph when the checkpoint's weights do not load into `model`.
+
+    Compares the names and shapes of the two state_dicts before Lightning loads the file,
+    instead of parsing torch's error, which lists every key on one line. Missing and
+    unexpected names count only when the module loads strictly (`strict_loading`, as
+    Lightning does); a shape that differs never loads.
+    """
+    expected, saved = model.state_dict(), checkpoint["state_dict"]
+    strict = getattr(model, "strict_loading", True)
+    missing = [key for key in expected if key not in saved] if strict else []
+    unexpected = [key for key in saved if key not in expected] if strict else []
+    reshaped = [
+        f"{key} {tuple(saved[key].shape)} in the checkpoint, {tuple(tensor.shape)} here"
+        for key, tensor in expected.items()
+        if isinstance(saved.get(key), torch.Tensor) and saved[key].shape != tensor.shape
+    ]
+    if not (missing or unexpected or reshaped):
         return
-    found = {
-        kind: re.findall(r'"([^"]+)"', match.group(1))
-        for kind in ("Missing", "Unexpected")
-        if (match := re.search(rf"{kind} key\(s\) in state_dict: (.*?)(?:\.\s|$)", message, re.S))
-    }
-    missing, unexpected = found.get("Missing", []), found.get("Unexpected", [])
     hints = []
     if any("_orig_mod." in key for key in unexpected):
         hints.append(
@@ -88,12 +96,13 @@ def explain_state_dict_mismatch(error: RuntimeError, ckpt_path: str | None) -> N
         )
     if missing and unexpected:
         hints.append("a renamed or moved submodule shows up as the same names on both lists")
-    if "size mismatch" in message:
-        hints.append("some shapes differ: a changed layer size (e.g. num_classes)")
+    if reshaped:
+        hints.append("a changed layer size (e.g. num_classes)")
     sys.exit(
-        f"error: the weights in {ckpt_path or 'the checkpoint'} do not fit the model. "
+        f"error: the weights in {path} do not fit the model. "
         f"Missing in the checkpoint ({len(missing)}): {', '.join(missing) or '-'}. "
         f"Unexpected in the checkpoint ({len(unexpected)}): {', '.join(unexpected) or '-'}. "
+        f"Other shapes ({len(reshaped)}): {'; '.join(reshaped) or '-'}. "
         f"Hint: {'; '.join(hints) or 'check that the model config matches the run that saved it'}. "
         "To start from partly matching weights instead, use `fit --init_from PATH`."
     )

@@ -33,6 +33,8 @@ from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from .paths import LAST_CHECKPOINT, RunLayout
+
 
 def run_seed() -> int:
     """The run's seed: the one `seed_everything` set (the config's `seed_everything:`)."""
@@ -213,5 +215,7 @@ class InterruptCheckpoint(L.Callback):
         interrupted = isinstance(exception, SIGTERMException | KeyboardInterrupt)
         if not interrupted or trainer.state.fn != TrainerFn.FITTING:
             return
-        folder = Path(self.dirpath or Path(trainer.default_root_dir) / "checkpoints")
-        trainer.save_checkpoint(folder / "last.ckpt", weights_only=False)
+        folder = (
+            Path(self.dirpath) if self.dirpath else RunLayout(trainer.default_root_dir).checkpoints
+        )
+        trainer.save_checkpoint(folder / LAST_CHECKPOINT, weights_only=False)

@@ -11,6 +11,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch.utils.hooks import RemovableHandle
 
+from ..paths import RunLayout
 from .errors import HealthCheckFailed
 
 CHECKPOINT_NAME = "before-nonfinite.ckpt"
@@ -219,4 +220,4 @@ def _states(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
 def _checkpoint_dir(trainer: L.Trainer) -> Path:
     callback = trainer.checkpoint_callback
     dirpath = getattr(callback, "dirpath", None)
-    return Path(dirpath) if dirpath else Path(trainer.default_root_dir) / "checkpoints"
+    return Path(dirpath) if dirpath else RunLayout(trainer.default_root_dir).checkpoints

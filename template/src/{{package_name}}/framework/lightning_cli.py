@@ -1,0 +1,298 @@
+# Managed by the template; local edits are merged on update.
+"""`ProjectCLI`: LightningCLI with the project's defaults, run layout and checks.
+
+It is what `python -m <package> fit|validate|test|predict` runs (cli.py dispatches to it).
+Only LightningCLI's public hooks are used: `add_arguments_to_parser` (options, links),
+`parse_arguments` (paths), `instantiate_trainer` (callbacks, checkpoint I/O) and the
+`before_<command>` / `after_<command>` methods.
+"""
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from jsonargparse import Namespace
+from lightning.pytorch import LightningDataModule, LightningModule, Trainer
+from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning.pytorch.utilities import rank_zero_only
+from lightning.pytorch.utilities.model_helpers import is_overridden
+
+from .checkpoint_io import AtomicCheckpointIO
+from .finetune import InitFromWeights
+from .inspect_ckpt import check_weights_fit, load_checkpoint
+from .monitor import MonitoredMetricCheck
+from .paths import DEFAULT_CONFIG, DEFAULT_RUN_ROOT, RunLayout, project_path, unused_name
+from .precision import trainer_kwargs_for_accelerator
+from .provenance import CheckpointProvenance
+from .resume import InterruptCheckpoint
+
+TRAINER_COMMANDS = ("fit", "validate", "test", "predict")
+PREDICT_LOADERS = ("predict_dataloader", "val_dataloader", "test_dataloader")
+
+
+class RunConfigSaver(SaveConfigCallback):
+    """Saves the resolved config of each run next to its logs, never over an earlier one.
+
+    Lightning aborts when `config.yaml` already exists in the log dir, which happens when
+    a run is resumed into the same root without a logger. The earlier config is part of
+    the record, so the new one is written as `config-1.yaml`, `config-2.yaml`, ... instead.
+    """
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        log_dir = Path(trainer.log_dir or trainer.default_root_dir)
+        self.config_filename = unused_name(log_dir, "config", ".yaml") + ".yaml"
+        super().setup(trainer, pl_module, stage)
+
+
+class ProjectCLI(LightningCLI):
+    """LightningCLI in subclass mode with the project's run layout.
+
+    - `configs/default.yaml` applies to every Trainer command, wherever it is run from.
+    - Relative `trainer.default_root_dir` is taken relative to the project root; every
+      output of a run lives under it (paths.RunLayout): loggers' folders, the saved
+      config, checkpoints in the fixed `<root>/checkpoints/` (so `--ckpt_path last`
+      resumes a rerun) and predictions.
+    - `--ckpt_path best` also works in a fresh process (validate/test/predict): it is read
+      from the ModelCheckpoint state stored in `<root>/checkpoints/last.ckpt`.
+    - A fit whose first validation does not log `checkpoint.monitor` stops before
+      training (monitor.py); weights that do not fit the model stop before loading,
+      listing the keys.
+    - `num_classes` is declared once, in the `data:` section, and linked into the model
+      and its network.
+    - After `fit`, the best checkpoint is tested when the module and data define a test
+      step (`--test_after_fit false` to skip), then a summary is printed.
+    - `predict --dataloader val_dataloader` predicts another split of the DataModule.
+    - Precision and strategy are checked against the accelerator before the Trainer is
+      built (`precision.py`): real float16 on CPU, a clear stop for what cannot run here.
+    - Every checkpoint is saved atomically (`AtomicCheckpointIO`) and carries the resolved
+      config in its provenance record; a resumed wandb run continues the same run id.
+    - `fit --init_from PATH [--freeze NAME ...]` starts from another run's weights.
+    """
+
+    def __init__(self, args: Sequence[str] | None = None, **kwargs) -> None:
+        if not DEFAULT_CONFIG.is_file():
+            sys.exit(
+                f"error: the default config {DEFAULT_CONFIG} is missing. It holds the run's "
+                "model, data and trainer settings; restore it from git "
+                f"(`git checkout -- {DEFAULT_CONFIG.relative_to(DEFAULT_CONFIG.parents[1])}`) "
+                "or copy it back from the template."
+            )
+        # No abbreviations: `--trainer.max_epoch` must be an error, not max_epochs.
+        defaults = {"default_config_files": [str(DEFAULT_CONFIG)], "allow_abbrev": False}
+        super().__init__(
+            model_class=LightningModule,
+            datamodule_class=LightningDataModule,
+            subclass_mode_model=True,
+            subclass_mode_data=True,
+            save_config_callback=RunConfigSaver,
+            parser_kwargs={
+                "allow_abbrev": False,
+                "prog": f"python -m {__package__.split('.')[0]}",
+                **dict.fromkeys(TRAINER_COMMANDS, defaults),
+            },
+            args=args,
+            **kwargs,
+        )
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        # The best-checkpoint callback as a config section of its own, so the metric a run
+        # is judged by is one key (`checkpoint.monitor`), not an entry in a callback list.
+        parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
+        # num_classes, declared once in `data:`. jsonargparse (subclass mode) skips a link
+        # whose source or target the chosen class lacks, so a DataModule or a module
+        # without num_classes (a regressor) parses as before: no condition needed. A value
+        # given for a target (`--model.num_classes`) is replaced by the data's.
+        parser.link_arguments("data.init_args.num_classes", "model.init_args.num_classes")
+        parser.link_arguments(
+            "data.init_args.num_classes", "model.init_args.net.init_args.num_classes"
+        )
+        parser.add_argument(
+            "--test_after_fit",
+            type=bool,
+            default=True,
+            help="After fit, test the best checkpoint (when the module defines test_step).",
+        )
+        parser.add_argument(
+            "--init_from",
+            type=str | None,
+            default=None,
+            help="fit only: start from the weights of this .ckpt or .safetensors file.",
+        )
+        parser.add_argument(
+            "--freeze",
+            type=list[str],
+            default=[],
+            help="with --init_from: submodules to freeze, e.g. [net.0, net.1].",
+        )
+        parser.add_argument(
+            "--dataloader",
+            type=Literal[PREDICT_LOADERS],
+            default="predict_dataloader",
+            help="predict only: the DataModule method whose loader is predicted.",
+        )
+
+    def parse_arguments(self, parser: LightningArgumentParser, args) -> None:
+        super().parse_arguments(parser, args)
+        config = self.config[self.config.subcommand]
+        layout = RunLayout(project_path(config.trainer.default_root_dir or DEFAULT_RUN_ROOT))
+        config.trainer.default_root_dir = str(layout.root)
+        _root_loggers(config.trainer.logger, layout.root)
+        if config.get("ckpt_path") == "best" and self.config.subcommand != "fit":
+            config.ckpt_path = str(_best_checkpoint(layout))
+        if self.config.subcommand == "fit" and config.get("ckpt_path"):
+            _continue_wandb_run(config.trainer.logger, config.ckpt_path, layout)
+
+    def instantiate_trainer(self, **kwargs) -> Trainer:
+        config = self.config_init[self.subcommand]
+        kwargs.update(trainer_kwargs_for_accelerator({**config.trainer, **kwargs}))
+        trainer = super().instantiate_trainer(**kwargs)
+        # The `checkpoint:` section's callback (the only one with a monitor) first among the
+        # ModelCheckpoints, which stay last: it is then `trainer.checkpoint_callback`, whose
+        # best_model_path `--ckpt_path best`, test-after-fit and the summary read.
+        trainer.callbacks.sort(key=_checkpoint_rank)
+        checkpoint_dir = str(RunLayout(trainer.default_root_dir).checkpoints)
+        for callback in trainer.callbacks:
+            if isinstance(callback, ModelCheckpoint | InterruptCheckpoint) and not callback.dirpath:
+                callback.dirpath = checkpoint_dir
+            if isinstance(callback, CheckpointProvenance):
+                callback.config_yaml = self._config_yaml()
+        trainer.callbacks.insert(0, MonitoredMetricCheck(config.checkpoint))
+        if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
+            trainer.strategy.checkpoint_io = AtomicCheckpointIO()
+        if config.get("init_from"):
+            trainer.callbacks.append(InitFromWeights(project_path(config.init_from), config.freeze))
+        return trainer
+
+    def _config_yaml(self) -> str:
+        """The resolved config of this command, as `--config` takes it back."""
+        dump = self.parser.dump(self.config, skip_none=False, skip_link_targets=False)
+        return yaml.safe_dump(yaml.safe_load(dump)[self.subcommand], sort_keys=False)
+
+    def before_fit(self) -> None:
+        self._check_weights()
+
+    def before_validate(self) -> None:
+        self._check_weights()
+
+    def before_test(self) -> None:
+        self._check_weights()
+
+    def before_predict(self) -> None:
+        self._check_weights()
+        method = self.config_init.predict.dataloader
+        if method == "predict_dataloader" or self.datamodule is None:
+            return
+        if not is_overridden(method, self.datamodule, LightningDataModule):
+            sys.exit(
+                f"error: --dataloader {method}: {type(self.datamodule).__name__} does not "
+                f"define {method}(). Choose one it defines: {', '.join(PREDICT_LOADERS)}."
+            )
+        # Lightning's predict takes its loader from the DataModule's `predict_dataloader`
+        # (LightningCLI passes the DataModule, not loaders): for this process, that hook
+        # returns the chosen split's loader. `setup` still sees the stage "predict".
+        self.datamodule.predict_dataloader = getattr(self.datamodule, method)
+
+    def _check_weights(self) -> None:
+        """Names and shapes of the checkpoint's weights against the model's, before loading.
+
+        Skipped for a module that builds layers in `configure_model` (they do not exist
+        yet) and for anything but a checkpoint file (a sharded folder, a missing path:
+        Lightning reports those).
+        """
+        config = self.config_init[self.subcommand]
+        ckpt_path = config.get("ckpt_path")
+        if not ckpt_path or is_overridden("configure_model", self.model, LightningModule):
+            return
+        layout = RunLayout(config.trainer.default_root_dir)
+        path = layout.last if ckpt_path == "last" else Path(ckpt_path)
+        if path.is_file():
+            check_weights_fit(self.model, load_checkpoint(path), path)
+
+    def after_fit(self) -> None:
+        trainer, checkpoint = self.trainer, self.trainer.checkpoint_callback
+        if (
+            self.config.fit.test_after_fit
+            and is_overridden("test_step", self.model, LightningModule)
+            and is_overridden("test_dataloader", self.datamodule, LightningDataModule)
+            and not trainer.interrupted
+        ):
+            best = checkpoint.best_model_path if isinstance(checkpoint, ModelCheckpoint) else ""
+            trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best or None)
+        # log_dir is a collective call under DDP: every rank asks, only rank 0 prints.
+        _print_summary(trainer, trainer.log_dir)
+
+
+def _checkpoint_rank(callback) -> int:
+    if not isinstance(callback, ModelCheckpoint):
+        return 0
+    return 1 if callback.monitor else 2
+
+
+def _root_loggers(logger_config, root: Path) -> None:
+    """Point every configured logger whose `save_dir` is unset at the run root."""
+    entries = logger_config if isinstance(logger_config, list) else [logger_config]
+    for entry in entries:
+        init_args = entry.get("init_args") if isinstance(entry, Namespace) else None
+        if init_args is not None and "save_dir" in init_args and init_args.save_dir is None:
+            init_args.save_dir = str(root)
+
+
+def _continue_wandb_run(logger_config, ckpt_path: str, layout: RunLayout) -> None:
+    """Resuming a fit logs to the wandb run of the checkpoint, not to a new run."""
+    path = layout.last if ckpt_path == "last" else project_path(ckpt_path)
+    entries = logger_config if isinstance(logger_config, list) else [logger_config]
+    wandb_entries = [
+        entry.init_args
+        for entry in entries
+        if isinstance(entry, Namespace) and str(entry.get("class_path", "")).endswith("WandbLogger")
+    ]
+    if not wandb_entries or not path.is_file():
+        return
+    run_id = (load_checkpoint(path).get("provenance") or {}).get("loggers", {}).get("WandbLogger")
+    for init_args in wandb_entries:
+        if run_id and not init_args.get("id"):
+            init_args.id = run_id
+            init_args.resume = "allow"
+
+
+def _best_checkpoint(layout: RunLayout) -> Path:
+    """The best checkpoint recorded by ModelCheckpoint in `last.ckpt` of a finished run."""
+    if layout.last.is_file():
+        states = load_checkpoint(layout.last).get("callbacks", {})
+        for state in states.values():
+            best = Path(state.get("best_model_path") or "")
+            if best.name and best.is_file():
+                return best
+    sys.exit(
+        f"error: --ckpt_path best: no best checkpoint is recorded in {layout.last}. Train "
+        "first with the same --trainer.default_root_dir, or pass a checkpoint file "
+        "(`--ckpt_path path/to/file.ckpt`, or `--ckpt_path last`)."
+    )
+
+
+@rank_zero_only
+def _print_summary(trainer: Trainer, log_dir: str | None) -> None:
+    checkpoint = trainer.checkpoint_callback
+    lines = [f"run root        {trainer.default_root_dir}"]
+    if log_dir:
+        lines.append(f"logs            {log_dir}")
+    lines.append(f"trained         {trainer.current_epoch} epochs, {trainer.global_step} steps")
+    if isinstance(checkpoint, ModelCheckpoint):
+        if checkpoint.best_model_path:
+            score = checkpoint.best_model_score
+            value = f"{score.item():.4f}" if score is not None else "n/a"
+            lines.append(f"best checkpoint {checkpoint.best_model_path}")
+            lines.append(f"best {checkpoint.monitor:<10} {value}")
+        if checkpoint.last_model_path:
+            lines.append(
+                f"last checkpoint {checkpoint.last_model_path}  (resume: --ckpt_path last)"
+            )
+    for name, value in trainer.callback_metrics.items():
+        if name.startswith("test/"):
+            lines.append(f"{name:<15} {value.item():.4f}")
+    width = max(map(len, lines))
+    print("\n".join(["", "=" * width, *lines, "=" * width]))

@@ -1,0 +1,37 @@
+# Managed by the template; local edits are merged on update.
+"""The private torch APIs the framework relies on, in one module, each with the reason.
+
+Everything else in the framework uses public APIs of torch, Lightning and jsonargparse.
+What is here has no public equivalent; tests/framework/test_private_apis.py pins the
+behaviour of each, so an upgrade that changes one fails that test by name rather than a
+training run in some odd way.
+
+- `compiled_graph_count`, `has_compiled_code` (compile.py): torch has no public query
+  for "dynamo compiled a graph of this function". `torch.compiler.is_compiling()` says
+  only that code runs while being traced; a frame dynamo skips (an unsupported module,
+  a `disable`d function) runs uncompiled without any error, which is what TorchCompile
+  must detect. Dynamo's statistics counter counts the graphs compiled in this process;
+  its code cache holds the entries compiled by an earlier run in the same process (a
+  second command of one test session), which the counter no longer shows.
+- `DynamoError` (compile.py): the base class of dynamo's errors (graph breaks under
+  `fullgraph=True`, unsupported operations, backend failures), so that a compilation
+  failure can be told from an error of the model's own code; torch exports none.
+"""
+
+from types import CodeType
+
+from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+from torch._dynamo.exc import TorchDynamoException as DynamoError
+from torch._dynamo.utils import counters
+
+__all__ = ["DynamoError", "compiled_graph_count", "has_compiled_code"]
+
+
+def compiled_graph_count() -> int:
+    """How many graphs dynamo has compiled in this process so far."""
+    return counters["stats"]["unique_graphs"]
+
+
+def has_compiled_code(code: CodeType) -> bool:
+    """Whether dynamo's cache holds compiled code for this code object."""
+    return bool(_debug_get_cache_entry_list(code))
