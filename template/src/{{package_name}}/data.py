@@ -15,16 +15,15 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import lightning as L
 import numpy as np
 import torch
 from torch.utils.data import Dataset
+from torchdata.stateful_dataloader import StatefulDataLoader
 
-from .framework.loaders import LoaderOptions
-from .framework.paths import project_path
-from .framework.resume import ResumableDataLoader, run_seed
+from .framework import LoaderOptions, project_path
 
 SPLITS = ("train", "val", "test")
 
@@ -60,36 +59,50 @@ class GratingsDataset(Dataset):
     """One split on disk (`<split>_images.npy`, `<split>_labels.npy`), read lazily.
 
     The arrays are memory-mapped on first access, in the process that reads them, so
-    DataLoader workers share the page cache instead of pickling copies. With
-    `augment_seed`, each image is randomly shifted and turned by 180 degrees (which keeps
-    its orientation); the draw depends only on (seed, epoch, index), so it is the same in
-    any worker and after a resume. The shuffling loader passes `(epoch, index)` keys.
+    DataLoader workers share the page cache instead of pickling copies. Items are
+    standardised per image and channel; augmentation happens later, on whole batches.
     """
 
-    def __init__(self, root: Path, split: str, augment_seed: int | None = None) -> None:
+    def __init__(self, root: Path, split: str) -> None:
         self.images_path = root / f"{split}_images.npy"
         self.labels = np.load(root / f"{split}_labels.npy")
-        self.augment_seed = augment_seed
         self._images: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.labels)
 
-    def __getitem__(self, key: int | tuple[int, int]) -> tuple[torch.Tensor, int]:
-        epoch, index = key if isinstance(key, tuple) else (0, key)
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         if self._images is None:
             self._images = np.load(self.images_path, mmap_mode="r")
         image = torch.from_numpy(self._images[index].astype(np.float32))
-        if self.augment_seed is not None:
-            rng = np.random.default_rng((self.augment_seed, epoch, index))
-            shift = rng.integers(-2, 3, size=2).tolist()
-            image = torch.roll(image, shifts=shift, dims=(1, 2))
-            if rng.random() < 0.5:
-                image = image.flip(1, 2)
         # Per-image, per-channel standardisation: removes the colour and brightness cues.
         mean = image.mean(dim=(1, 2), keepdim=True)
         std = image.std(dim=(1, 2), keepdim=True).clamp_min(1e-6)
         return (image - mean) / std, int(self.labels[index])
+
+
+def shift_and_turn(images: torch.Tensor, max_shift: int = 2) -> torch.Tensor:
+    """Randomly shift and turn the images of an (N, C, H, W) batch, each its own way.
+
+    Each image is rolled by up to `max_shift` pixels per axis and, with probability 1/2,
+    turned by 180 degrees, which keeps a grating's orientation (its label).
+
+    The draws come from torch's global RNG on the CPU: the framework saves and restores
+    it with every checkpoint, so a resumed run augments exactly as an uninterrupted one
+    would, on any device. Both moves permute pixels, so standardisation is unchanged.
+    """
+    n, _, height, width = images.shape
+    shifts = torch.randint(-max_shift, max_shift + 1, (n, 2))
+    turned = torch.rand(n) < 0.5
+    rows = (torch.arange(height) - shifts[:, :1]) % height  # (N, H): torch.roll's indices
+    cols = (torch.arange(width) - shifts[:, 1:]) % width  # (N, W)
+    rows = torch.where(turned[:, None], rows.flip(1), rows)  # a 180 degree turn reverses both
+    cols = torch.where(turned[:, None], cols.flip(1), cols)
+    rows, cols = rows.to(images.device), cols.to(images.device)
+    batch = torch.arange(n, device=images.device)[:, None, None]
+    pixels = images.permute(0, 2, 3, 1)  # (N, H, W, C)
+    moved = pixels[batch, rows[:, :, None], cols[:, None, :]]  # each image's own indices
+    return moved.permute(0, 3, 1, 2)
 
 
 class GratingsDataModule(L.LightningDataModule):
@@ -101,7 +114,7 @@ class GratingsDataModule(L.LightningDataModule):
         num_workers: DataLoader worker processes (0 loads in the main process), or "auto"
             to fit the machine; see `loaders.LoaderOptions`, with `pin_memory` and
             `prefetch_factor`.
-        augment: randomly shift and turn the training images (see GratingsDataset).
+        augment: randomly shift and turn the training batches (see `shift_and_turn`).
         num_classes: number of orientations to tell apart.
         image_size: side of the square images, in pixels.
         train_size, val_size, test_size: images per split.
@@ -164,29 +177,36 @@ class GratingsDataModule(L.LightningDataModule):
     def setup(self, stage: str) -> None:
         for split in SPLITS:
             if split not in self.datasets:
-                augment = self.hparams.augment and split == "train"
-                seed = run_seed() if augment else None
-                self.datasets[split] = GratingsDataset(self.root, split, augment_seed=seed)
+                self.datasets[split] = GratingsDataset(self.root, split)
 
-    def _loader(self, split: str, shuffle: bool) -> ResumableDataLoader:
-        # Resumes mid-epoch in the same order (see resume.py); otherwise a plain DataLoader.
-        return ResumableDataLoader(
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        # Augment whole training batches here, in the main process, not in __getitem__:
+        # loader workers have RNGs of their own that a checkpoint cannot restore.
+        if self.hparams.augment and self.trainer is not None and self.trainer.training:
+            images, labels = batch
+            batch = shift_and_turn(images), labels
+        return batch
+
+    def _loader(self, split: str, shuffle: bool) -> StatefulDataLoader:
+        # A DataLoader that saves its position in each checkpoint, so a run killed
+        # mid-epoch resumes with the very next batch (framework/resume.py).
+        return StatefulDataLoader(
             self.datasets[split],
             batch_size=self.hparams.batch_size,
             shuffle=shuffle,
             **self.loader_options.kwargs(self.trainer),
         )
 
-    def train_dataloader(self) -> ResumableDataLoader:
+    def train_dataloader(self) -> StatefulDataLoader:
         return self._loader("train", shuffle=True)
 
-    def val_dataloader(self) -> ResumableDataLoader:
+    def val_dataloader(self) -> StatefulDataLoader:
         return self._loader("val", shuffle=False)
 
-    def test_dataloader(self) -> ResumableDataLoader:
+    def test_dataloader(self) -> StatefulDataLoader:
         return self._loader("test", shuffle=False)
 
-    def predict_dataloader(self) -> ResumableDataLoader:
+    def predict_dataloader(self) -> StatefulDataLoader:
         return self._loader("test", shuffle=False)
 
 

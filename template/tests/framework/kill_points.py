@@ -1,5 +1,6 @@
 # Managed by the template; local edits are merged on update.
-"""A callback that kills its own process at a chosen point of training, for resume tests.
+"""The resume tests' helpers: a callback that kills its own process at a chosen point, and
+a toy whose learning-rate schedule reads `trainer.estimated_stepping_batches`.
 
 Killing from inside makes the point exact (a step, a hook, the middle of a checkpoint
 write) where a kill from outside would land wherever the timing put it. SIGKILL is what a
@@ -10,6 +11,23 @@ import os
 import signal
 
 import lightning as L
+import torch
+
+from toy import ToySequenceClassifier
+
+
+class ScheduledSequenceClassifier(ToySequenceClassifier):
+    """The sequence toy with a one-cycle schedule over all steps, as a warmup schedule has.
+
+    Reading `estimated_stepping_batches` in `configure_optimizers` builds the train loader
+    before a checkpoint is restored (Lightning #20550): the case `ResumeState` handles.
+    """
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.SGD(self.parameters(), lr=self.hparams.lr, momentum=0.9)
+        total = int(self.trainer.estimated_stepping_batches)
+        schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, self.hparams.lr, total)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
 
 class KillAt(L.Callback):

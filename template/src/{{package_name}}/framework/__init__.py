@@ -6,6 +6,8 @@ what `__all__` lists, as `from <package>.framework import LoaderOptions`. These 
 kept stable across template releases; everything else in this folder may be renamed or
 moved by a `copier update`, which never touches your files. A test of the framework
 (tests/framework/test_public_api.py) fails when one of your files imports anything else.
+Loaders are torchdata's `StatefulDataLoader`, imported from torchdata itself: it saves its
+position for a mid-epoch resume (resume.py), with the arguments `LoaderOptions` resolves.
 
 Names are imported on first use, so `import <package>.framework.doctor` (a pre-commit
 hook) does not pay for importing Lightning.

@@ -2,11 +2,19 @@
 """`export CKPT`: the weights to safetensors and the network to ONNX, both verified.
 
 The model and data module are rebuilt from the classes and hyperparameters the checkpoint
-records (any LightningModule trained through the CLI), and a sample batch is run three
-ways: eager, from the reloaded safetensors weights, and through onnxruntime. The max abs difference
-of each against eager is printed; the command exits non-zero above `--tolerance`.
-The sample batch is the module's `example_input_array` or else the first validation
-batch's inputs. ONNX needs the `export` extra: `pip install -e ".[export]"`.
+records (any LightningModule trained through the CLI), and a sample input is run three
+ways: eager, from the reloaded safetensors weights, and through onnxruntime (at the
+sample's batch size and at twice it). The max abs difference of each against eager is
+printed; the command exits non-zero above `--tolerance`.
+
+The sample input is the module's `example_input_array`, with Lightning's convention: a
+tensor is `forward(x)`, a tuple or list `forward(*x)`, a dict `forward(**x)`. Without it,
+a validation batch that is a tensor or an `(inputs, target)` pair gives `forward(inputs)`;
+anything else needs `example_input_array`. ONNX inputs are named after the dict's keys
+(`input_0`, `input_1`... otherwise); their first dimension is the dynamic `batch`. A module
+declares more dynamic dimensions with an attribute naming them per input, e.g.
+`self.export_dynamic_dims = {"tokens": {1: "length"}, "mask": {1: "length"}}` (one name,
+one size). ONNX needs the `export` extra: `pip install -e ".[export]"`.
 """
 
 import argparse
@@ -15,6 +23,7 @@ import importlib
 import json
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -37,19 +46,103 @@ def rebuild(path: Path, checkpoint: dict) -> tuple[LightningModule, LightningDat
     return model, datamodule
 
 
-def sample_inputs(model, datamodule) -> torch.Tensor:
+@dataclass
+class SampleInputs:
+    """Named tensors to call the network with, by keyword (a dict example) or in order."""
+
+    tensors: dict[str, torch.Tensor]
+    by_keyword: bool
+
+    def args(self) -> tuple[torch.Tensor, ...]:
+        return () if self.by_keyword else tuple(self.tensors.values())
+
+    def kwargs(self) -> dict[str, torch.Tensor]:
+        return self.tensors if self.by_keyword else {}
+
+    def call(self, model: torch.nn.Module) -> list[torch.Tensor]:
+        return _leaves(model(*self.args(), **self.kwargs()))
+
+    def doubled(self) -> "SampleInputs":
+        """The same inputs at twice the batch size: checks the batch dimension is dynamic."""
+        tensors = {name: torch.cat([t, t]) for name, t in self.tensors.items()}
+        return SampleInputs(tensors, self.by_keyword)
+
+
+def sample_inputs(model: LightningModule, datamodule: LightningDataModule | None) -> SampleInputs:
     example = getattr(model, "example_input_array", None)
-    if isinstance(example, torch.Tensor):
-        return example
-    if datamodule is None:
+    if example is None:
+        example = _validation_inputs(model, datamodule)
+    if isinstance(example, dict):
+        tensors, by_keyword = dict(example), True
+    elif isinstance(example, list | tuple):
+        tensors, by_keyword = {f"input_{i}": x for i, x in enumerate(example)}, False
+    else:
+        tensors, by_keyword = {"input_0": example}, False
+    if not all(isinstance(t, torch.Tensor) for t in tensors.values()):
         sys.exit(
-            "error: export needs a sample batch: set `self.example_input_array` in the "
-            "module, or train with a DataModule so its validation data can be used."
+            f"error: {type(model).__name__}.example_input_array must be a tensor, a tuple of "
+            "tensors or a dict of tensors (names -> tensors, passed as forward(**inputs)); "
+            f"it holds {sorted({type(t).__name__ for t in tensors.values()})}."
         )
-    datamodule.prepare_data()
-    datamodule.setup("validate")
-    batch = next(iter(datamodule.val_dataloader()))
-    return batch[0] if isinstance(batch, list | tuple) else batch
+    return SampleInputs({name: t.detach().cpu() for name, t in tensors.items()}, by_keyword)
+
+
+def _validation_inputs(model, datamodule) -> torch.Tensor:
+    """The first validation batch's inputs, when the batch says unambiguously what they are."""
+    batch = None
+    if datamodule is not None:
+        datamodule.prepare_data()
+        datamodule.setup("validate")
+        batch = next(iter(datamodule.val_dataloader()))
+    if isinstance(batch, torch.Tensor):
+        return batch
+    if isinstance(batch, list | tuple) and len(batch) == 2 and isinstance(batch[0], torch.Tensor):
+        return batch[0]  # (inputs, target)
+    if batch is None:
+        found = "and the checkpoint records no DataModule to take a validation batch from"
+    else:
+        found = (
+            f"and its validation batches are a {type(batch).__name__}, not a tensor or an "
+            "(inputs, target) pair"
+        )
+    sys.exit(
+        "error: export needs a sample input to trace the network with; "
+        f"{type(model).__name__} sets no `example_input_array`, {found}. Set it in the "
+        "module's __init__, e.g. `self.example_input_array = torch.zeros(2, 8)`: a tensor, "
+        "a tuple of tensors, or a dict of tensors passed as forward(**inputs), whose first "
+        "dimension (2 or more) is exported as the dynamic batch size."
+    )
+
+
+def dynamic_shapes(model: LightningModule, inputs: SampleInputs) -> dict | tuple:
+    """Dim 0 of every input is `batch`; `model.export_dynamic_dims` adds named ones."""
+    declared = getattr(model, "export_dynamic_dims", {}) or {}
+    unknown = sorted(set(declared) - set(inputs.tensors))
+    if unknown:
+        sys.exit(
+            f"error: {type(model).__name__}.export_dynamic_dims names inputs {unknown} that "
+            f"the sample input does not have; its inputs are {sorted(inputs.tensors)}."
+        )
+    dims: dict[str, torch.export.Dim] = {}
+
+    def dim(name: str) -> torch.export.Dim:
+        return dims.setdefault(name, torch.export.Dim(name))
+
+    shapes = {
+        name: {0: dim("batch"), **{i: dim(d) for i, d in declared.get(name, {}).items()}}
+        if tensor.dim() > 0
+        else None
+        for name, tensor in inputs.tensors.items()
+    }
+    return shapes if inputs.by_keyword else tuple(shapes.values())
+
+
+def _leaves(output) -> list[torch.Tensor]:
+    """A forward's output as a flat list: a tensor, or tuples, lists and dicts of tensors."""
+    if isinstance(output, torch.Tensor):
+        return [output]
+    values = output.values() if isinstance(output, dict) else output
+    return [leaf for value in values for leaf in _leaves(value)]
 
 
 def export_safetensors(model, checkpoint: dict, path: Path) -> dict[str, torch.Tensor]:
@@ -65,23 +158,43 @@ def export_safetensors(model, checkpoint: dict, path: Path) -> dict[str, torch.T
     return state
 
 
-def export_onnx(model, inputs: torch.Tensor, path: Path) -> None:
+def export_onnx(model: LightningModule, inputs: SampleInputs, path: Path) -> None:
     try:
         import onnxscript  # noqa: F401  (the dynamo exporter needs it)
     except ImportError:
         sys.exit('error: ONNX export needs the export extra: pip install -e ".[export]".')
     program = torch.onnx.export(
-        model, (inputs,), dynamo=True, dynamic_shapes=({0: torch.export.Dim("batch")},)
+        model,
+        inputs.args(),
+        kwargs=inputs.kwargs(),
+        dynamo=True,
+        dynamic_shapes=dynamic_shapes(model, inputs),
+        input_names=list(inputs.tensors),
     )
     program.save(str(path))
 
 
-def onnx_outputs(path: Path, inputs: torch.Tensor) -> torch.Tensor:
+def onnx_outputs(path: Path, inputs: SampleInputs) -> list[torch.Tensor]:
+    """Runs the ONNX file in onnxruntime, feeding it every input by name."""
     import onnxruntime
 
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    name = session.get_inputs()[0].name
-    return torch.from_numpy(session.run(None, {name: inputs.numpy()})[0])
+    expected = {graph_input.name for graph_input in session.get_inputs()}
+    if expected != set(inputs.tensors):
+        sys.exit(
+            f"error: the ONNX graph takes inputs {sorted(expected)}, but the sample has "
+            f"{sorted(inputs.tensors)}; an input the network ignores is dropped by the "
+            "exporter: remove it from example_input_array."
+        )
+    feeds = {name: tensor.numpy() for name, tensor in inputs.tensors.items()}
+    return [torch.from_numpy(output) for output in session.run(None, feeds)]
+
+
+def _max_diff(outputs: list[torch.Tensor], expected: list[torch.Tensor]) -> float:
+    if len(outputs) != len(expected):
+        return float("inf")
+    pairs = zip(outputs, expected, strict=True)
+    return max((output.float() - exp.float()).abs().max().item() for output, exp in pairs)
 
 
 def export(argv: Sequence[str]) -> int:
@@ -91,14 +204,14 @@ def export(argv: Sequence[str]) -> int:
     parser.add_argument("--tolerance", type=float, default=1e-4, help="max abs difference")
     args = parser.parse_args(argv)
     path = project_path(args.checkpoint)
-    model, datamodule = rebuild(path, load_checkpoint(path))
     checkpoint = load_checkpoint(path)
+    model, datamodule = rebuild(path, checkpoint)
     model.eval()
-    inputs = sample_inputs(model, datamodule).cpu()
+    inputs = sample_inputs(model, datamodule)
     output = args.output or path.parent
     output.mkdir(parents=True, exist_ok=True)
     with torch.inference_mode():
-        expected = model(inputs)
+        expected, expected_doubled = inputs.call(model), inputs.doubled().call(model)
 
     weights_path = output / f"{path.stem}.safetensors"
     export_safetensors(model, checkpoint, weights_path)
@@ -109,9 +222,13 @@ def export(argv: Sequence[str]) -> int:
     onnx_path = output / f"{path.stem}.onnx"
     export_onnx(model, inputs, onnx_path)
     with torch.inference_mode():
+        onnx_diff = max(
+            _max_diff(onnx_outputs(onnx_path, inputs), expected),
+            _max_diff(onnx_outputs(onnx_path, inputs.doubled()), expected_doubled),
+        )
         results = {
-            weights_path: (reloaded(inputs) - expected).abs().max().item(),
-            onnx_path: (onnx_outputs(onnx_path, inputs) - expected).abs().max().item(),
+            weights_path: _max_diff(inputs.call(reloaded), expected),
+            onnx_path: onnx_diff,
         }
     failed = False
     for file, diff in results.items():

@@ -4,8 +4,10 @@
 A DataModule opts in with two lines; without them nothing changes:
 
     self.loader_options = LoaderOptions(num_workers, pin_memory, prefetch_factor)  # __init__
-    DataLoader(dataset, batch_size=..., **self.loader_options.kwargs(self.trainer))
+    StatefulDataLoader(dataset, batch_size=..., **self.loader_options.kwargs(self.trainer))
 
+`StatefulDataLoader` (torchdata) takes DataLoader's arguments and also saves its position
+in checkpoints (see resume.py); `torch.utils.data.DataLoader` accepts the same kwargs.
 Bad values are refused when the options are built, i.e. while the command line is being
 instantiated, before any data is prepared.
 """
@@ -39,6 +41,10 @@ class LoaderOptions:
             meaningful with workers.
 
     Workers are kept alive between epochs (`persistent_workers`) whenever there are any.
+    Each loader gets a `generator` of its own, seeded from the run's seed: without one, a
+    loader draws its shuffling and worker seeds from torch's global RNG each time it
+    starts an epoch, and a resumed run (which builds and starts its loaders at other
+    moments) would hand the model different dropout or augmentation draws.
     """
 
     def __init__(
@@ -54,7 +60,7 @@ class LoaderOptions:
         self._reported: dict[str, Any] | None = None
 
     def kwargs(self, trainer: L.Trainer | None = None) -> dict[str, Any]:
-        """Keyword arguments for `torch.utils.data.DataLoader`; logged and recorded once.
+        """Keyword arguments for a DataLoader; logged and recorded once (not the generator).
 
         `trainer` (a DataModule's `self.trainer`) tells how many processes share this
         machine and whether batches go to CUDA; without it, one process is assumed.
@@ -81,7 +87,8 @@ class LoaderOptions:
             resolved["prefetch_factor"] = self.prefetch_factor
         if resolved != self._reported:
             self._report(resolved, trainer)
-        return resolved
+        # torch.initial_seed(): the seed `seed_everything` gave the global generator.
+        return {**resolved, "generator": torch.Generator().manual_seed(torch.initial_seed())}
 
     def _report(self, resolved: dict[str, Any], trainer: L.Trainer | None) -> None:
         """Log the resolved values and record them with the run's hyperparameters."""

@@ -2,16 +2,22 @@
 """Bit-exact resume: a resumed run ends with the same tensors as an uninterrupted one.
 
 Lightning restores weights, optimizers, schedulers and loop counters, but not the random
-number generators nor the position of a plain DataLoader inside its epoch (a resumed
-epoch would start over, in a new order). Three pieces close the gap:
+number generators, and it restores a loader's position inside its epoch only when the
+loader has `state_dict` / `load_state_dict`. Three pieces close the gap:
 
-- `ResumableDataLoader`: a DataLoader whose order is a function of (seed, epoch) and
-  whose position Lightning saves in each checkpoint (`state_dict`) and restores before
-  it iterates again (`load_state_dict`). Its sampler hands the dataset `(epoch, index)`
-  keys, so random augmentation can draw from a generator seeded by (seed, epoch, index):
-  the same numbers in any worker process, persistent or not, before or after a resume.
+- Your DataModule builds its loaders with torchdata's `StatefulDataLoader` (a drop-in for
+  `torch.utils.data.DataLoader`, any map-style Dataset). Its `state_dict()` holds how many
+  batches the epoch has yielded, the shuffling sampler's generator state and position,
+  the worker processes' base seed and each worker's dataset state; loading it replays the
+  same order from the next batch. Samplers of your own resume exactly when they have
+  `state_dict` / `load_state_dict` or draw nothing random; any other is fast-forwarded by
+  torchdata (its order is drawn again). Random augmentation resumes exactly when it draws
+  from torch's global RNG in the main process (e.g. in `on_after_batch_transfer`): a
+  worker's RNG restarts from its seed when workers restart, not where it stood.
+  A plain DataLoader still resumes, at the right step but with a new order for the
+  rest of the epoch; a mid-epoch resume warns once.
 - `ResumeState`: saves the torch (CPU and CUDA), numpy and python RNG states and the
-  loaders' positions with every checkpoint and puts them back when training resumes.
+  train loaders' states with every checkpoint and puts them back when training resumes.
 - `InterruptCheckpoint`: on SIGTERM (preemption) or Ctrl-C, writes `last.ckpt`, the file
   `--ckpt_path last` resumes from. Lightning stops on SIGTERM after a finished batch, so
   that checkpoint resumes exactly; Ctrl-C lands wherever the process is.
@@ -20,9 +26,7 @@ Checkpoints are written every `every_n_train_steps` by the `last.ckpt` ModelChec
 `configs/default.yaml` and at each epoch's end, so a kill loses at most the steps since.
 """
 
-import os
 import random
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,89 +34,11 @@ import lightning as L
 import numpy as np
 import torch
 from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from .paths import LAST_CHECKPOINT, RunLayout
-
-
-def run_seed() -> int:
-    """The run's seed: the one `seed_everything` set (the config's `seed_everything:`)."""
-    return int(os.environ.get("PL_GLOBAL_SEED", torch.initial_seed()))
-
-
-class EpochShuffle(Sampler[tuple[int, int]]):
-    """A new random order every epoch, drawn from (seed, epoch) alone; yields (epoch, index).
-
-    Lightning calls `set_epoch` before each epoch. `start` skips the items of the epoch
-    that a checkpoint had already consumed.
-    """
-
-    def __init__(self, size: int, seed: int) -> None:
-        self.size, self.seed = size, seed
-        self.epoch, self.start = 0, 0
-
-    def set_epoch(self, epoch: int) -> None:
-        if epoch != self.epoch:
-            self.epoch, self.start = epoch, 0
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __iter__(self) -> Iterator[tuple[int, int]]:
-        epoch, start = self.epoch, self.start
-        self.start = 0
-        generator = torch.Generator().manual_seed((self.seed * 1_000_003 + epoch) % 2**63)
-        for index in torch.randperm(self.size, generator=generator)[start:].tolist():
-            yield epoch, index
-
-
-class ResumableDataLoader(DataLoader):
-    """A DataLoader that resumes mid-epoch where its checkpoint left off, in the same order.
-
-    Use it like `DataLoader`. With `shuffle=True` the order comes from `EpochShuffle` and
-    the dataset receives `(epoch, index)` keys. Worker seeds come from a generator seeded
-    by `seed` (default: the run's seed), so loading never draws from the global RNG.
-    """
-
-    def __init__(
-        self,
-        dataset: Dataset,
-        batch_size: int | None = 1,
-        shuffle: bool = False,
-        sampler: Sampler | None = None,
-        seed: int | None = None,
-        generator: torch.Generator | None = None,
-        **kwargs: Any,
-    ) -> None:
-        seed = run_seed() if seed is None else seed
-        if shuffle and sampler is None:
-            sampler = EpochShuffle(len(dataset), seed)
-        if generator is None:
-            generator = torch.Generator().manual_seed(seed)
-        super().__init__(
-            dataset, batch_size=batch_size, sampler=sampler, generator=generator, **kwargs
-        )
-        self.batches_yielded = 0
-
-    def __iter__(self) -> Iterator[Any]:
-        self.batches_yielded = 0
-        for batch in super().__iter__():
-            self.batches_yielded += 1
-            yield batch
-
-    def state_dict(self) -> dict[str, int]:
-        epoch = self.sampler.epoch if isinstance(self.sampler, EpochShuffle) else 0
-        return {"epoch": epoch, "batches": self.batches_yielded}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        if not isinstance(self.sampler, EpochShuffle):
-            return
-        epoch, batches = state["epoch"], state["batches"]
-        if batches >= len(self):  # saved after the epoch's last batch: the next epoch follows
-            epoch, batches = epoch + 1, 0
-        self.sampler.epoch = epoch
-        self.sampler.start = batches * (self.batch_size or 1)
 
 
 def rng_states() -> dict[str, Any]:
@@ -151,14 +77,16 @@ def set_rng_states(states: dict[str, Any]) -> None:
 
 
 class ResumeState(L.Callback):
-    """Saves the global RNG states and the train loaders' positions in each checkpoint.
+    """Saves the global RNG states and the train loaders' states in each checkpoint.
 
     Both are put back in `on_train_start`, after the resumed process has built its loaders
     and run its sanity check, and before the first batch is drawn, so the first resumed
-    step sees what the uninterrupted run saw after that checkpoint. Lightning would restore
-    the positions itself, but a module that reads `trainer.estimated_stepping_batches` in
-    `configure_optimizers` (as a warmup schedule does) makes it build the train loader
-    before the checkpoint is loaded, and the saved positions are then never applied.
+    step sees what the uninterrupted run saw after that checkpoint. Lightning restores the
+    loader states itself only mid-epoch, and not at all when `configure_optimizers` reads
+    `trainer.estimated_stepping_batches` (as a warmup schedule does): that builds and
+    iterates the train loader before the checkpoint is loaded (Lightning issue #20550).
+    So this callback loads them into every loader that has `load_state_dict`, then starts
+    the epoch's iterator again from them, whatever Lightning did.
     """
 
     def __init__(self) -> None:
@@ -169,7 +97,7 @@ class ResumeState(L.Callback):
         self._trainer = trainer
 
     def state_dict(self) -> dict[str, Any]:
-        loaders = _resumable_loaders(self._trainer) if self._trainer else []
+        loaders = _stateful(_train_loaders(self._trainer)) if self._trainer else []
         return {"rng": rng_states(), "loaders": [loader.state_dict() for loader in loaders]}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -178,21 +106,58 @@ class ResumeState(L.Callback):
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._to_restore is None:
             return
-        for loader, state in zip(
-            _resumable_loaders(trainer), self._to_restore.get("loaders", []), strict=False
-        ):
+        loaders = _train_loaders(trainer)
+        states = self._to_restore.get("loaders", [])
+        for loader, state in zip(_stateful(loaders), states, strict=False):
             loader.load_state_dict(state)
-        set_rng_states(self._to_restore["rng"])
+            if isinstance(loader, StatefulDataLoader) and _epoch_done(trainer):
+                for _ in loader:  # saved at the epoch's end: step past it, so the next
+                    pass  # iteration is the next epoch, in the order the saved RNG gives
+        if states:
+            # The fit loop's iterator was made before these states were loaded: make it
+            # again (what Lightning's own fix for #20550 does).
+            iter(trainer.fit_loop._data_fetcher)
+        if len(_stateful(loaders)) < len(loaders) and _mid_epoch(trainer):
+            rank_zero_warn(
+                "Resuming in the middle of an epoch with a train DataLoader that cannot save "
+                "its position: the rest of this epoch is drawn in a new order, so the run is "
+                "not bit-identical to an uninterrupted one. Build the train loader in your "
+                "DataModule with `torchdata.stateful_dataloader.StatefulDataLoader` (same "
+                "arguments as DataLoader) to resume exactly."
+            )
+        set_rng_states(self._to_restore["rng"])  # last: starting workers draws from it
         self._to_restore = None
 
 
-def _resumable_loaders(trainer: L.Trainer) -> list[ResumableDataLoader]:
+def _train_loaders(trainer: L.Trainer) -> list[Any]:
     loaders = trainer.train_dataloader
+    if loaders is None:
+        return []
     if isinstance(loaders, dict):
-        loaders = list(loaders.values())
-    elif not isinstance(loaders, list | tuple):
-        loaders = [loaders]
-    return [loader for loader in loaders if isinstance(loader, ResumableDataLoader)]
+        return list(loaders.values())
+    if isinstance(loaders, list | tuple):
+        return list(loaders)
+    return [loaders]
+
+
+def _stateful(loaders: list[Any]) -> list[Any]:
+    """The loaders that can save and restore their position (Lightning's test, too)."""
+    return [
+        loader
+        for loader in loaders
+        if callable(getattr(loader, "state_dict", None))
+        and callable(getattr(loader, "load_state_dict", None))
+    ]
+
+
+def _mid_epoch(trainer: L.Trainer) -> bool:
+    started = trainer.fit_loop.epoch_loop.batch_progress.current.ready
+    return 0 < started < trainer.num_training_batches
+
+
+def _epoch_done(trainer: L.Trainer) -> bool:
+    started = trainer.fit_loop.epoch_loop.batch_progress.current.ready
+    return started >= trainer.num_training_batches
 
 
 class InterruptCheckpoint(L.Callback):
