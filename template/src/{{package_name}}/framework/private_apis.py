@@ -16,6 +16,9 @@ training run in some odd way.
 - `DynamoError` (compile.py): the base class of dynamo's errors (graph breaks under
   `fullgraph=True`, unsupported operations, backend failures), so that a compilation
   failure can be told from an error of the model's own code; torch exports none.
+- `nested_schedulers` (lr_scaling.py): SequentialLR and ChainedScheduler keep their
+  children in `_schedulers` only; a child restarts from its own `base_lrs` at a
+  milestone, so scaling the learning rate must reach the children.
 """
 
 from types import CodeType
@@ -24,7 +27,7 @@ from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 from torch._dynamo.exc import TorchDynamoException as DynamoError
 from torch._dynamo.utils import counters
 
-__all__ = ["DynamoError", "compiled_graph_count", "has_compiled_code"]
+__all__ = ["DynamoError", "compiled_graph_count", "has_compiled_code", "nested_schedulers"]
 
 
 def compiled_graph_count() -> int:
@@ -35,3 +38,8 @@ def compiled_graph_count() -> int:
 def has_compiled_code(code: CodeType) -> bool:
     """Whether dynamo's cache holds compiled code for this code object."""
     return bool(_debug_get_cache_entry_list(code))
+
+
+def nested_schedulers(scheduler: object) -> list:
+    """The child schedulers of a SequentialLR or ChainedScheduler; [] for any other."""
+    return list(getattr(scheduler, "_schedulers", []))

@@ -179,7 +179,7 @@ class NonFiniteGuard(Callback):
             f"training diverged: a non-finite value appeared {where}. No update from that "
             f"step on was applied; the weights from just before it are saved in {path} "
             "(resume with `--ckpt_path` that file). Common fixes: a lower learning rate "
-            "(`--model.init_args.lr`), gradient clipping (`--trainer.gradient_clip_val 1.0`), "
+            "(the example: `--model.optimizer.lr`), gradient clipping (`--trainer.gradient_clip_val 1.0`), "
             "or bf16 instead of fp16; the debug preset's anomaly detection names the first "
             "operation that produced it."
         )
