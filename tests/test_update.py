@@ -118,6 +118,16 @@ def test_ownership_rule_headers_and_readme_agree(rendered):
         assert (project / name).is_file(), f"{name} is excluded on update but never rendered"
         for where, text in tables.items():
             assert Path(name).name in text, f"the ownership table of {where} does not list {name}"
+    layout = (REPO / "docs" / "layout.md").read_text()
+    yours = [line for line in layout.splitlines() if " yours" in line]
+    for name in mine:
+        assert any(Path(name).name in line for line in yours), (
+            f"docs/layout.md does not mark {name} as yours"
+        )
+    framework = project / "src" / package_name(project) / "framework"
+    for entry in framework.iterdir():
+        if entry.name != "__pycache__":
+            assert entry.name in layout, f"docs/layout.md's tree lacks framework/{entry.name}"
     for path in [*project.glob("src/**/*.py"), *project.glob("tests/**/*.py")]:
         name = path.relative_to(project).as_posix()
         has_header = path.read_text().startswith(HEADER + "\n")
