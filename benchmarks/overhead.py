@@ -115,9 +115,13 @@ def vanilla_loop(model: LightningModule, datamodule, steps: int) -> Run:
     model.trainer = SimpleNamespace(estimated_stepping_batches=steps)
     optimizer, scheduler = optimizer_and_scheduler(model.configure_optimizers())
     model.trainer = None
+    # The DataModule augments training batches after the transfer (in the main process,
+    # from torch's global RNG): call its hook as Lightning's training loop does.
+    datamodule.trainer = SimpleNamespace(training=True)
     model.train()
     run = Run([], [])
-    for images, labels in itertools.islice(loader, steps):
+    for batch in itertools.islice(loader, steps):
+        images, labels = datamodule.on_after_batch_transfer(batch, 0)
         loss = F.cross_entropy(model(images), labels)
         loss.backward()
         optimizer.step()
