@@ -219,7 +219,9 @@ class ImportRewriter:
         names = [alias.name for alias in node.names]
         old = lines[node.lineno - 1]
         pattern = rf"(\bfrom\s+\.*\s*){re.escape(node.module or '')}(\s+import\b)"
-        exact = all(self.public.get(name) == f".{rest}" for name in names)
+        # A public name is one object wherever the framework now defines it (ProjectCLI
+        # moved from cli.py to lightning_cli.py): `from <pkg>.framework import` finds it.
+        exact = all(name in self.public for name in names)
         if exact and node.module and node.module.endswith(rest):
             module = node.module[: -len(rest)] + "framework"
             head, tail = old[: node.col_offset], old[node.col_offset :]

@@ -23,7 +23,7 @@ from scaffold import git, install_editable, uninstall
 OWN = Path(__file__).parent / "own_project"
 PACKAGE = "own_model_probe"
 EXAMPLE = ("src/{package}/model.py", "src/{package}/nets.py", "src/{package}/data.py")
-EXAMPLE_TESTS = ("tests/test_data.py", "tests/test_accuracy.py")
+EXAMPLE_TESTS = ("tests/test_data.py", "tests/test_model.py", "tests/test_accuracy.py")
 
 
 @pytest.fixture(scope="module")

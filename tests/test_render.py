@@ -25,9 +25,10 @@ UNRENDERED = re.compile(r"(?<!\$)\{\{|\{%|%\}")
 
 
 def project_files(project: Path) -> list[Path]:
-    return [
-        p for p in project.rglob("*") if p.is_file() and ".git" not in p.relative_to(project).parts
-    ]
+    """What the copy wrote: the files git tracks (the session's renders are shared
+    with tests that run the projects, which leave data and runs behind)."""
+    listed = git(project, "ls-files", "-z")
+    return [project / name for name in listed.split("\0") if name]
 
 
 @pytest.mark.parametrize("name", list(ANSWER_SETS))

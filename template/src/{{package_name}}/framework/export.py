@@ -17,6 +17,8 @@ declares more dynamic dimensions with an attribute naming them per input, e.g.
 one size). ONNX needs the `export` extra: `pip install -e ".[export]"`.
 """
 
+from __future__ import annotations
+
 import argparse
 import copy
 import importlib
@@ -62,7 +64,7 @@ class SampleInputs:
     def call(self, model: torch.nn.Module) -> list[torch.Tensor]:
         return _leaves(model(*self.args(), **self.kwargs()))
 
-    def doubled(self) -> "SampleInputs":
+    def doubled(self) -> SampleInputs:
         """The same inputs at twice the batch size: checks the batch dimension is dynamic."""
         tensors = {name: torch.cat([t, t]) for name, t in self.tensors.items()}
         return SampleInputs(tensors, self.by_keyword)
