@@ -20,6 +20,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
 from .checkpoint_io import AtomicCheckpointIO
+from .consolidate import consolidate_checkpoint
 from .determinism import verify_determinism
 from .doctor import main as doctor
 from .export import export
@@ -36,6 +37,7 @@ TOOLS: dict[str, Callable[[Sequence[str]], int]] = {
     "inspect-ckpt": inspect_checkpoint,
     "verify-determinism": verify_determinism,
     "export": export,
+    "consolidate-ckpt": consolidate_checkpoint,
 }
 
 
