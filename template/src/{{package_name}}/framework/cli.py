@@ -30,6 +30,7 @@ from .paths import DEFAULT_CONFIG, project_path
 from .precision import trainer_kwargs_for_accelerator
 from .provenance import CheckpointProvenance
 from .resume import InterruptCheckpoint
+from .tune import tune
 
 TRAINER_COMMANDS = ("fit", "validate", "test", "predict")
 TOOLS: dict[str, Callable[[Sequence[str]], int]] = {
@@ -38,6 +39,7 @@ TOOLS: dict[str, Callable[[Sequence[str]], int]] = {
     "verify-determinism": verify_determinism,
     "export": export,
     "consolidate-ckpt": consolidate_checkpoint,
+    "tune": tune,
 }
 
 
