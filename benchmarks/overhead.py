@@ -11,15 +11,23 @@ project's default config, so whatever that config holds when this runs is measur
 
 Each run trains `--warmup + --steps` steps of the first epoch; the warm-up steps are
 dropped and the steady-state steps timed end to end (data loading, logging and every
-callback included). Each variant runs `--repeats` times and its median is reported.
+callback included). Each variant runs `--repeats` times, interleaved (the order rotates
+each repeat), so a change in the machine's load hits all three alike; the ratios are taken
+within each repeat and reported as median, interquartile range and min-max. torch runs on
+one thread unless `--threads` says otherwise, and `--cpu N` pins the process to one core:
+on a shared machine both keep the variants from fighting over cores differently. The load
+average before and after is printed with the figures.
 
-Usage: python benchmarks/overhead.py [--repeats 7] [--warmup 10] [--steps 50] [--threads N]
+Targets: generated fit / plain Lightning <= 1.03, generated fit / vanilla loop <= 1.10.
+
+Usage: python benchmarks/overhead.py [--repeats 7] [--warmup 10] [--steps 50] [--threads 1] [--cpu N]
 """
 
 import argparse
 import contextlib
 import importlib
 import itertools
+import os
 import statistics
 import sys
 import tempfile
@@ -161,7 +169,17 @@ def generated_fit(cli_class: type, root: Path, steps: int) -> tuple[Run, list[st
     return clock.run, extras
 
 
+def spread(values: list[float]) -> str:
+    """Median, interquartile range and min-max of `values`, as one line."""
+    text = f"median {statistics.median(values):.3f}, min-max {min(values):.3f}-{max(values):.3f}"
+    if len(values) >= 4:
+        q1, _, q3 = statistics.quantiles(values, n=4)
+        text += f", IQR {q1:.3f}-{q3:.3f}"
+    return f"{text} ({len(values)} paired repeats)"
+
+
 def measure(package: str, workdir: Path, args: argparse.Namespace) -> int:
+    load_before = os.getloadavg()[0]
     cli_class = importlib.import_module(f"{package}.framework.cli").ProjectCLI
     steps = args.warmup + args.steps
     runs: dict[str, list[Run]] = {"a": [], "b": [], "c": []}
@@ -187,6 +205,11 @@ def measure(package: str, workdir: Path, args: argparse.Namespace) -> int:
         for name, name_runs in runs.items()
     }
     median = {name: statistics.median(values) for name, values in per_step.items()}
+    # Paired within each repeat: the three runs of one repeat saw the same machine load.
+    ratios = {
+        against: [c / other for c, other in zip(per_step["c"], per_step[against], strict=True)]
+        for against in ("b", "a")
+    }
     losses_a = torch.stack(runs["a"][0].losses)
     losses_c = torch.stack(runs["c"][0].losses)
     max_diff = (losses_a - losses_c).abs().max().item()
@@ -206,9 +229,12 @@ def measure(package: str, workdir: Path, args: argparse.Namespace) -> int:
         print(f"  {label:<30} {median[name]:8.2f}   (runs: {runs_text})")
     print(f"(c) ran with: {', '.join(ran_with)}")
     print(f"loss max |a - c| over {steps} steps: {max_diff:.1e}")
-    print(f"template ratio: {median['c'] / median['b']:.2f} (generated fit / plain Lightning)")
+    print(f"load average (1 min) before {load_before:.2f}, after {os.getloadavg()[0]:.2f}")
+    for against, label in (("b", "c / b (target <= 1.03)"), ("a", "c / a (target <= 1.10)")):
+        print(f"ratio {label}: {spread(ratios[against])}")
+    print(f"template ratio: {statistics.median(ratios['b']):.2f} (generated fit / plain Lightning)")
     print(
-        f"overhead ratio: {median['c'] / median['a']:.2f} (generated fit / vanilla loop), "
+        f"overhead ratio: {statistics.median(ratios['a']):.2f} (generated fit / vanilla loop), "
         f"losses equal: {'yes' if equal else 'no'}"
     )
     return 0
@@ -220,16 +246,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=10, help="steps dropped from each run")
     parser.add_argument("--steps", type=int, default=50, help="steady-state steps timed")
     parser.add_argument(
-        "--threads",
-        type=int,
-        help="torch CPU threads (default: torch's choice); 1 is steadier on a shared machine",
+        "--threads", type=int, default=1, help="torch CPU threads (1: steadiest when shared)"
     )
+    parser.add_argument("--cpu", type=int, help="pin the process to this core (Linux)")
     args = parser.parse_args(argv)
     sys.argv[1:] = []  # LightningCLI(args=...) warns when the process has arguments of its own
     if args.repeats < 1 or args.warmup < 1 or args.steps < 1:
         parser.error("--repeats, --warmup and --steps must be at least 1")
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads)
+    if args.cpu is not None:
+        os.sched_setaffinity(0, {args.cpu})
     with tempfile.TemporaryDirectory(prefix="overhead-") as tmp:
         workdir = Path(tmp)
         with installed_project(workdir, "Overhead Bench") as (_, package):

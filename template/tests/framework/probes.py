@@ -16,6 +16,7 @@ from typing import Any
 import lightning as L
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 MATMUL_LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
 
@@ -54,17 +55,21 @@ class Probe(L.Callback):
             callbacks=[type(callback).__name__ for callback in trainer.callbacks],
             lr=trainer.optimizers[0].param_groups[0]["lr"],
             initial_lr=trainer.optimizers[0].param_groups[0].get("initial_lr"),
+            parameter_types=sorted({type(p).__name__ for p in pl_module.parameters()}),
         )
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         if batch_idx == 0 and "first_batch_sum" not in self.facts:
             self.facts["first_batch_sum"] = float(first_tensor(batch).double().sum())
             self.facts["first_loss"] = float(outputs["loss"])
+        self.facts.setdefault("losses", []).append(float(outputs["loss"]))
         if self.signal_at_step is not None and trainer.global_step == self.signal_at_step:
             os.kill(os.getpid(), signal.SIGUSR1)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        parameters = torch.cat([p.detach().double().flatten() for p in pl_module.parameters()])
+        # FSDP2 shards are gathered first (a collective: every rank ends training here).
+        full = [p.full_tensor() if isinstance(p, DTensor) else p for p in pl_module.parameters()]
+        parameters = torch.cat([p.detach().double().flatten() for p in full])
         self.facts.update(
             global_step=trainer.global_step,
             parameter_checksum=float(parameters.sum()),

@@ -11,11 +11,13 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from .consolidate import consolidate_checkpoint
 from .determinism import verify_determinism
 from .doctor import main as doctor
 from .export import export
 from .inspect_ckpt import inspect_checkpoint
 from .lightning_cli import TRAINER_COMMANDS, ProjectCLI
+from .tune import tune
 
 PROG = f"python -m {__package__.split('.')[0]}"
 TOOLS: dict[str, Callable[[Sequence[str]], int]] = {
@@ -23,6 +25,8 @@ TOOLS: dict[str, Callable[[Sequence[str]], int]] = {
     "inspect-ckpt": inspect_checkpoint,
     "verify-determinism": verify_determinism,
     "export": export,
+    "consolidate-ckpt": consolidate_checkpoint,
+    "tune": tune,
 }
 SUMMARIES = {
     "fit": "train, validating every epoch (--ckpt_path last resumes the run)",
@@ -33,6 +37,8 @@ SUMMARIES = {
     "inspect-ckpt": "print what a checkpoint holds (--config: the run's resolved config)",
     "verify-determinism": "train twice in fresh processes and compare every tensor",
     "export": "write a checkpoint's weights to safetensors and its network to ONNX, verified",
+    "consolidate-ckpt": "merge a sharded (FSDP2) checkpoint folder into one file for one process",
+    "tune": "measure the largest batch, loader workers and precision on this machine",
 }
 
 

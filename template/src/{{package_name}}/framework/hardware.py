@@ -20,7 +20,14 @@ from typing import Any
 PRECISION_ALIASES = {"16": "16-mixed", "bf16": "bf16-mixed", "32": "32-true", "64": "64-true"}
 ACCELERATOR_CLASSES = {"CPUAccelerator": "cpu", "CUDAAccelerator": "cuda", "MPSAccelerator": "mps"}
 DISTRIBUTED_PREFIXES = ("ddp", "fsdp", "deepspeed", "model_parallel")
-DISTRIBUTED_CLASSES = ("DDPStrategy", "FSDPStrategy", "DeepSpeedStrategy", "ModelParallelStrategy")
+DISTRIBUTED_CLASSES = (
+    "DDPStrategy",
+    "FSDPStrategy",
+    "DeepSpeedStrategy",
+    "ModelParallelStrategy",
+    "FSDP2Strategy",  # framework/sharding.py, a ModelParallelStrategy (doctor sees its name)
+)
+MODEL_PARALLEL_CLASSES = ("ModelParallelStrategy", "FSDP2Strategy")  # FSDP2: CUDA or CPU
 PRECISION_FLAGS = ("precision", "plugins")  # the refusals doctor reports under DR005
 
 
@@ -96,6 +103,7 @@ def resolve(trainer: Mapping[str, Any], hardware: Hardware) -> Plan:
     refusals = [
         *_device_refusals(trainer, device, devices, per_node, available, strategy),
         *_precision_refusals(device, precision, flag, plugin, hardware),
+        *_model_parallel_refusals(strategy, precision),
     ]
     return Plan(
         device=device,
@@ -204,17 +212,17 @@ def _device_refusals(
                 "its own BatchNorm statistics.",
             )
         )
+    # FSDP1 (FSDPStrategy, "fsdp*"): CUDA only. FSDP2 (fsdp2.yaml) also runs on CPU (gloo).
     fsdp = any(name == "FSDPStrategy" or name.startswith("fsdp") for name in strategy)
     if fsdp and device not in ("cuda", "gpu"):  # "gpu": refused above, no GPU at all
         found.append(
             Refusal(
                 "strategy",
                 strategy[0],
-                "FSDP (configs/presets/fsdp.yaml) shards a model across CUDA GPUs, but this run "
-                f"is on {device!r}",
-                "FSDP cannot run here: drop the fsdp preset, and use configs/presets/ddp.yaml for "
-                "several processes on one machine (on CPU: --trainer.accelerator cpu "
-                "--trainer.devices 2).",
+                "FSDP1 (Lightning's FSDPStrategy) shards a model across CUDA GPUs only, and this "
+                f"run is on {device!r}",
+                "Use configs/presets/fsdp2.yaml instead (FSDP2: runs on GPUs and on CPU, e.g. "
+                "--trainer.accelerator cpu --trainer.devices 2), or configs/presets/ddp.yaml.",
             )
         )
     return found
@@ -258,6 +266,23 @@ def _precision_refusals(
     if precision.startswith("64") and device == "mps":
         return [Refusal(key, value, "Apple GPUs (MPS) have no float64", "Use 32-true, or CPU.")]
     return []
+
+
+def _model_parallel_refusals(strategy: tuple[str, ...], precision: str) -> list[Refusal]:
+    """ModelParallelStrategy (FSDP2) takes no float16 with a GradScaler, and no float64."""
+    supported = ("32-true", "bf16-mixed", "bf16-true", "16-true")
+    if not any(name in MODEL_PARALLEL_CLASSES for name in strategy) or precision in supported:
+        return []
+    return [
+        Refusal(
+            "precision",
+            precision,
+            "FSDP2 (Lightning's ModelParallelStrategy) trains only in "
+            f"{', '.join(supported)}: Lightning refuses the rest",
+            "Stack configs/presets/bf16.yaml instead of fp16.yaml (bfloat16 needs no "
+            "GradScaler), or use 32-true.",
+        )
+    ]
 
 
 def _names(value: Any) -> tuple[str, ...]:

@@ -8,7 +8,7 @@ fills:
   no GradScaler). The fp16 preset then measures something else than it claims. Here
   `16-mixed` on CPU becomes Lightning's own MixedPrecision plugin with `device="cpu"` and a
   CPU GradScaler: real float16 autocast, with loss scaling, as on a GPU.
-- A setting the hardware cannot run (bfloat16 on a GPU without it, FSDP or SyncBatchNorm on
+- A setting the hardware cannot run (bfloat16 on a GPU without it, FSDP1 or SyncBatchNorm on
   CPU, more devices than there are) fails deep inside the first step or with a message that
   names no preset. Here it stops before the Trainer is built, naming the fix.
 

@@ -4,14 +4,14 @@
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.utilities import grad_norm, rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_warn
+from torch.distributed.tensor import DTensor
 
 
 class GradientHealth(Callback):
     """Logs gradient norms every `every_n_steps` optimizer steps and reports unused parameters.
 
-    The norms come from Lightning's `grad_norm` (one per parameter and their total, after
-    AMP unscaling) and are read on the host only at the interval. A total above
+    The norms (one per parameter and their total, after AMP unscaling) are read on the host only at the interval. A total above
     `explode_above` or below `vanish_below` warns, once each. After the first backward,
     parameters that require a gradient but got none (the loss does not depend on them:
     a branch unused in `forward`, a detached tensor, a layer meant to be frozen) are listed
@@ -62,7 +62,7 @@ class GradientHealth(Callback):
     ) -> None:
         if self.every_n_steps <= 0 or trainer.global_step % self.every_n_steps:
             return
-        norms = grad_norm(pl_module, self.norm_type)  # the total is already on the host
+        norms = grad_norms(pl_module, self.norm_type)
         if not norms:
             return
         total_key = next(key for key in norms if key.endswith("_norm_total"))
@@ -89,3 +89,23 @@ class GradientHealth(Callback):
         if kind not in self._warned:
             self._warned.add(kind)
             rank_zero_warn(message)
+
+
+def grad_norms(module: torch.nn.Module, norm_type: float | str) -> dict[str, torch.Tensor]:
+    """Lightning's `grad_norm` (same keys), for sharded gradients too.
+
+    Lightning's stacks the per-parameter norms with `torch.tensor(list)`, which fails on
+    FSDP2's DTensor gradients; here each norm is first reduced over the shards (a
+    collective: every rank runs this hook at the same step).
+    """
+    p = float(norm_type)
+    norms = {}
+    for name, parameter in module.named_parameters():
+        if parameter.grad is not None:
+            norm = parameter.grad.detach().norm(p)
+            if isinstance(norm, DTensor):
+                norm = norm.full_tensor()
+            norms[f"grad_{p}_norm/{name}"] = norm
+    if norms:
+        norms[f"grad_{p}_norm_total"] = torch.stack(list(norms.values())).norm(p)
+    return norms

@@ -9,6 +9,7 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
+from torch.distributed.tensor import DTensor
 from torch.utils.hooks import RemovableHandle
 
 from ..paths import RunLayout
@@ -108,7 +109,8 @@ class NonFiniteGuard(Callback):
     ) -> None:
         if not self._check_grads:
             return
-        norms = [torch.linalg.vector_norm(p.grad) for p in _params(optimizer) if p.grad is not None]
+        grads = [p.grad for group in optimizer.param_groups for p in group["params"]]
+        norms = [torch.linalg.vector_norm(_local(g)) for g in grads if g is not None]
         if norms:
             self._raise_flag(torch.linalg.vector_norm(torch.stack(norms)), culprit=1)
 
@@ -203,14 +205,23 @@ def _max_abs(tensors: list[torch.Tensor]) -> torch.Tensor:
     return torch.stack(maxima).float().amax()  # stack promotes mixed precisions
 
 
+def _local(tensor: torch.Tensor) -> torch.Tensor:
+    """This rank's shard of an FSDP2 (DTensor) tensor, else the tensor: same storage.
+
+    Under FSDP2 each rank guards its own shards; the flag is combined over the ranks when
+    the host reads it (`reduce_boolean_decision`), as under DDP.
+    """
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
+
+
 def _params(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
-    return [p for group in optimizer.param_groups for p in group["params"]]
+    return [_local(p) for group in optimizer.param_groups for p in group["params"]]
 
 
 def _states(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     """The tensors of the optimizer's per-parameter state (moments, step counters)."""
     return [
-        value
+        _local(value)
         for state in optimizer.state.values()
         for value in state.values()
         if isinstance(value, torch.Tensor)

@@ -1,0 +1,136 @@
+# Managed by the template; local edits are merged on update.
+"""Training throughput (samples/s, batches/s) and model FLOP utilisation, for any module.
+
+Built on Lightning's `Throughput` meter, not its `ThroughputMonitor` callback: that one
+synchronizes CUDA after every batch (to time it), a host sync per step that costs more
+than it measures, and it needs a `batch_size_fn` and a `flops_per_batch` written for each
+module. Here the meter is updated only when the loggers write (every `log_every_n_steps`),
+so the one synchronization lands where Lightning's logging reads the device anyway; the
+batch size is the first dimension of the first tensor in the batch (tuple, list or dict);
+and the FLOPs are measured once, on the module's `example_input_array`, and scaled by the
+batch size. MFU is FLOPs per second over the device's peak (`get_available_flops`).
+
+Logged as `train/samples_per_sec`, `train/batches_per_sec` (over all processes),
+`train/device/...` (per process) and `train/device/mfu` when both numbers are known.
+"""
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.fabric.utilities.throughput import Throughput, get_available_flops, measure_flops
+from lightning.pytorch.utilities import rank_zero_info
+
+
+class TrainingThroughput(L.Callback):
+    """Logs samples/s, batches/s and (when known) MFU at the loggers' cadence.
+
+    Args:
+        window: logging points the rates are averaged over (at least 2: a rate is the
+            difference between the first and the last).
+    """
+
+    def __init__(self, window: int = 2) -> None:
+        self.window = window
+        self.flops_per_sample: float | None = None
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        # Before compile and sharding, on the CPU copy of the weights: no device work.
+        if stage == "fit":
+            self.flops_per_sample = flops_per_sample(pl_module)
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        device = trainer.strategy.root_device
+        peak = get_available_flops(device, compute_dtype(str(trainer.precision)))
+        self._meter = Throughput(peak, trainer.world_size, window_size=self.window)
+        self._samples = self._batches = 0
+        self._flops_counted = 0.0
+        self._synchronize = device.type == "cuda"
+        self._start = self._now()
+        missing = []
+        if self.flops_per_sample is None:
+            missing.append(f"{type(pl_module).__name__} sets no `example_input_array`")
+        if peak is None:
+            missing.append(f"the peak FLOP/s of this {device.type} device is not known")
+        if missing:
+            rank_zero_info(f"TrainingThroughput: no MFU is logged: {' and '.join(missing)}.")
+
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, *_: Any
+    ) -> None:
+        self._samples += batch_size(batch)
+        self._batches += 1
+        if not trainer.loggers or trainer.global_step % trainer.log_every_n_steps:
+            return
+        flops = None
+        if self.flops_per_sample is not None:
+            flops = self.flops_per_sample * self._samples - self._flops_counted
+            self._flops_counted += flops
+        self._meter.update(
+            time=self._now() - self._start,
+            batches=self._batches,
+            samples=self._samples,
+            flops=flops,
+        )
+        metrics = self._meter.compute()
+        if trainer.world_size == 1:  # the meter gives totals over processes only for several
+            metrics |= {key[len("device/") :]: v for key, v in metrics.items() if "per_sec" in key}
+        rates = {f"train/{k}": v for k, v in metrics.items() if k.endswith(("per_sec", "mfu"))}
+        for logger in trainer.loggers if rates else ():
+            logger.log_metrics(rates, step=trainer.global_step)
+
+    def _now(self) -> float:
+        """The time, once the device has finished what was queued (only at logging points)."""
+        if self._synchronize:
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+
+def batch_size(batch: Any) -> int:
+    """The first dimension of the first tensor in `batch` (nested tuples, lists, dicts); 0: none."""
+    if isinstance(batch, torch.Tensor):
+        return batch.shape[0] if batch.ndim else 1
+    if isinstance(batch, Mapping):
+        batch = list(batch.values())
+    for value in batch if isinstance(batch, list | tuple) else ():
+        if size := batch_size(value):
+            return size
+    return 0
+
+
+def flops_per_sample(module: L.LightningModule) -> float | None:
+    """Training FLOPs per sample: 3x the forward on `example_input_array` (backward ~ 2x).
+
+    Measured once, in eval mode and without gradients, so that nothing of the run changes
+    (no BatchNorm statistics, no dropout draws from the RNG, no gradients).
+    """
+    example = getattr(module, "example_input_array", None)
+    size = batch_size(example) if example is not None else 0
+    if not size:
+        return None
+
+    def forward() -> Any:
+        if isinstance(example, Mapping):
+            return module(**example)
+        return module(*example) if isinstance(example, tuple) else module(example)
+
+    training = module.training
+    module.eval()
+    try:
+        with torch.no_grad():
+            return 3 * measure_flops(module, forward) / size
+    finally:
+        module.train(training)
+
+
+def compute_dtype(precision: str) -> torch.dtype:
+    """The dtype matmuls run in under a Lightning precision setting ("bf16-mixed", ...)."""
+    if precision.startswith("bf16"):
+        return torch.bfloat16
+    if precision.startswith("16"):
+        return torch.float16
+    if precision.startswith("64"):
+        return torch.float64
+    return torch.float32
