@@ -75,11 +75,11 @@ def test_the_project_version_is_its_own_not_the_templates_tag():
     assert 'version = "0.1.0"\n' in text and "dynamic" not in text and "_commit" not in text
 
 
-def test_mypy_is_clean_on_the_framework(rendered, request):
+def test_mypy_is_clean_on_the_framework(rendered, request, tmp_path):
     project = rendered("defaults")
     assert pyproject(project)["tool"]["mypy"]["files"] == ["src/default_probe/framework"]
     # torch's and lightning's analysis is the cost (~30 s cold): keep it between runs.
-    cache = request.config.cache.mkdir("mypy")
+    cache = request.config.cache.mkdir("mypy") if hasattr(request.config, "cache") else tmp_path
     out = passes(project, sys.executable, "-m", "mypy", "--cache-dir", str(cache))
     assert out.startswith("Success: no issues found")
 
@@ -221,12 +221,14 @@ ENTRY = """- **New:** a thing.
 """
 
 
-def add_unreleased(repo: Path, entry: str) -> None:
-    changelog = repo / "CHANGELOG.md"
-    changelog.write_text(
-        changelog.read_text().replace("## Unreleased\n", f"## Unreleased\n\n{entry}", 1)
+def throwaway_template(tmp_path: Path, unreleased: str = "") -> Path:
+    """A copy of this checkout, released as v0.1.0, with `unreleased` as its next entry."""
+    repo = snapshot_template(tmp_path / "template")
+    (repo / "CHANGELOG.md").write_text(
+        f"# Changelog\n\n## Unreleased\n\n{unreleased}\n## v0.1.0\n\nThe first release.\n"
     )
-    git(repo, "commit", "-qam", "an entry")
+    git(repo, "commit", "-qam", "the next entry")
+    return repo
 
 
 def release_sh(repo: Path, *args: str) -> subprocess.CompletedProcess:
@@ -234,10 +236,9 @@ def release_sh(repo: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_release_moves_unreleased_under_the_version_and_tags_it(tmp_path):
-    repo = snapshot_template(tmp_path / "template")  # tagged v0.1.0, like the first release
-    refused = release_sh(repo, "0.2.0", "--skip-tests")
+    refused = release_sh(throwaway_template(tmp_path / "empty"), "0.2.0", "--skip-tests")
     assert refused.returncode == 1 and "nothing to release" in refused.stderr
-    add_unreleased(repo, ENTRY)
+    repo = throwaway_template(tmp_path, ENTRY)
 
     result = release_sh(repo, "0.2.0", "--skip-tests")
     assert result.returncode == 0, result.stderr
@@ -258,8 +259,7 @@ def test_release_moves_unreleased_under_the_version_and_tags_it(tmp_path):
     ids=["tag-exists", "leading-v", "dirty-tree", "entry-misses-a-part"],
 )
 def test_release_refuses(tmp_path, version, entry, dirty, message):
-    repo = snapshot_template(tmp_path / "template")
-    add_unreleased(repo, entry)
+    repo = throwaway_template(tmp_path, entry)
     if dirty:
         (repo / "README.md").write_text("edited\n")
     result = release_sh(repo, version, "--skip-tests")
