@@ -173,6 +173,7 @@ def export_onnx(model: LightningModule, inputs: SampleInputs, path: Path) -> Non
         dynamic_shapes=dynamic_shapes(model, inputs),
         input_names=list(inputs.tensors),
     )
+    assert program is not None  # the dynamo exporter always returns its program
     program.save(str(path))
 
 

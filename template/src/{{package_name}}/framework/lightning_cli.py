@@ -8,14 +8,13 @@ Only LightningCLI's public hooks are used: `add_arguments_to_parser` (options, l
 """
 
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
 import yaml
 from jsonargparse import Namespace
 from lightning.pytorch import LightningDataModule, LightningModule, Trainer
-from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_only
@@ -73,7 +72,7 @@ class ProjectCLI(LightningCLI):
     - `fit --init_from PATH [--freeze NAME ...]` starts from another run's weights.
     """
 
-    def __init__(self, args: Sequence[str] | None = None, **kwargs) -> None:
+    def __init__(self, args: list[str] | None = None, **kwargs) -> None:
         if not DEFAULT_CONFIG.is_file():
             sys.exit(
                 f"error: the default config {DEFAULT_CONFIG} is missing. It holds the run's "
@@ -153,18 +152,20 @@ class ProjectCLI(LightningCLI):
         # The `checkpoint:` section's callback (the only one with a monitor) first among the
         # ModelCheckpoints, which stay last: it is then `trainer.checkpoint_callback`, whose
         # best_model_path `--ckpt_path best`, test-after-fit and the summary read.
-        trainer.callbacks.sort(key=_checkpoint_rank)
+        # Set by Lightning's callback connector; Trainer does not declare the attribute.
+        callbacks: list[Callback] = trainer.callbacks  # type: ignore[attr-defined]
+        callbacks.sort(key=_checkpoint_rank)
         checkpoint_dir = str(RunLayout(trainer.default_root_dir).checkpoints)
-        for callback in trainer.callbacks:
+        for callback in callbacks:
             if isinstance(callback, ModelCheckpoint | InterruptCheckpoint) and not callback.dirpath:
                 callback.dirpath = checkpoint_dir
             if isinstance(callback, CheckpointProvenance):
                 callback.config_yaml = self._config_yaml()
-        trainer.callbacks.insert(0, MonitoredMetricCheck(config.checkpoint))
+        callbacks.insert(0, MonitoredMetricCheck(config.checkpoint))
         if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()
         if config.get("init_from"):
-            trainer.callbacks.append(InitFromWeights(project_path(config.init_from), config.freeze))
+            callbacks.append(InitFromWeights(project_path(config.init_from), config.freeze))
         return trainer
 
     def _config_yaml(self) -> str:
@@ -284,9 +285,9 @@ def _print_summary(trainer: Trainer, log_dir: str | None) -> None:
     if isinstance(checkpoint, ModelCheckpoint):
         if checkpoint.best_model_path:
             score = checkpoint.best_model_score
-            value = f"{score.item():.4f}" if score is not None else "n/a"
+            shown = f"{score.item():.4f}" if score is not None else "n/a"
             lines.append(f"best checkpoint {checkpoint.best_model_path}")
-            lines.append(f"best {checkpoint.monitor:<10} {value}")
+            lines.append(f"best {checkpoint.monitor:<10} {shown}")
         if checkpoint.last_model_path:
             lines.append(
                 f"last checkpoint {checkpoint.last_model_path}  (resume: --ckpt_path last)"

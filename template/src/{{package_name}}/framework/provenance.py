@@ -119,7 +119,8 @@ class CheckpointProvenance(L.Callback):
 
 
 def _dataset_fingerprint(trainer: L.Trainer) -> dict[str, Any] | None:
-    fingerprint = getattr(trainer.datamodule, "fingerprint", None)
+    # `datamodule` is set by Lightning's data connector; Trainer does not declare it.
+    fingerprint = getattr(trainer.datamodule, "fingerprint", None)  # type: ignore[attr-defined]
     if callable(fingerprint):
         return fingerprint()
     rank_zero_warn(

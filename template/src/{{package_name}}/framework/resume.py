@@ -43,7 +43,9 @@ from .paths import LAST_CHECKPOINT, RunLayout
 
 def rng_states() -> dict[str, Any]:
     """Every global RNG state, as tensors and plain types (`weights_only` loading accepts them)."""
-    _, keys, position, has_gauss, cached_gaussian = np.random.get_state()
+    state = np.random.get_state(legacy=True)
+    assert isinstance(state, tuple)  # legacy: the tuple form (numpy's stubs also allow a dict)
+    _, keys, position, has_gauss, cached_gaussian = state
     version, python_state, gauss_next = random.getstate()
     return {
         "torch": torch.get_rng_state(),
@@ -113,7 +115,7 @@ class ResumeState(L.Callback):
             if isinstance(loader, StatefulDataLoader) and _epoch_done(trainer):
                 for _ in loader:  # saved at the epoch's end: step past it, so the next
                     pass  # iteration is the next epoch, in the order the saved RNG gives
-        if states:
+        if states and trainer.fit_loop._data_fetcher is not None:
             # The fit loop's iterator was made before these states were loaded: make it
             # again (what Lightning's own fix for #20550 does).
             iter(trainer.fit_loop._data_fetcher)

@@ -91,6 +91,7 @@ class Context:
     @cached_property
     def plan(self) -> Plan:
         """Where and how `fit` would train this config on this machine, or why it would not."""
+        assert self.machine is not None, "a static doctor run has no machine to plan for"
         return resolve(self.trainer, self.machine)
 
     @property

@@ -20,7 +20,7 @@ SCANNED = ("src", "scripts")
 HOST_SYNCS = ("item", "cpu", "numpy", "tolist")
 HOT_PATHS = ("training_step",)
 
-Finding = tuple[ast.AST, str]  # node, what it is
+Finding = tuple[ast.expr, str]  # node (a call or an argument: it has a line), what it is
 
 
 def _is_cuda(node: ast.AST) -> bool:
@@ -146,20 +146,20 @@ def no_host_sync_in_training_step(context: Context) -> Result:
     )
 
 
-def _git(root: Path, *args: str) -> subprocess.CompletedProcess | None:
+def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
+    """`git -C root ARGS`; without git, exit status 127 (a shell's "command not found")."""
+    command = ["git", "-C", str(root), *args]
     try:
-        return subprocess.run(
-            ["git", "-C", str(root), *args], capture_output=True, text=True, check=False
-        )
+        return subprocess.run(command, capture_output=True, text=True, check=False)
     except FileNotFoundError:
-        return None
+        return subprocess.CompletedProcess(command, 127, "", "")
 
 
 @check("DR014", "git-clean")
 def git_clean(context: Context) -> Result:
     """Warn only: an uncommitted experiment is fine, but its checkpoints' commit is not its code."""
     inside = _git(context.root, "rev-parse", "--is-inside-work-tree")
-    if inside is None or inside.returncode != 0:
+    if inside.returncode != 0:
         return warned(
             f"{context.root} is not in a git repository: checkpoints will record no commit",
             "`git init && git add -A && git commit -m 'Start'`",

@@ -157,11 +157,11 @@ class NonFiniteGuard(Callback):
             param.copy_(torch.where(self._bad, before, param))
         before_states = {id(state): copy for state, copy in saved_states}
         for state in states:
-            before = before_states.get(id(state))
-            if before is None:  # created by this step: back to an untouched zero state
+            saved = before_states.get(id(state))
+            if saved is None:  # created by this step: back to an untouched zero state
                 state.masked_fill_(self._bad, 0)
             else:
-                state.copy_(torch.where(self._bad, before, state))
+                state.copy_(torch.where(self._bad, saved, state))
 
     def _stop_if_bad(self, trainer: L.Trainer) -> None:
         if not trainer.strategy.reduce_boolean_decision(bool(self._bad), all=False):
@@ -199,7 +199,7 @@ def _max_abs(tensors: list[torch.Tensor]) -> torch.Tensor:
     if hasattr(torch, "_foreach_max"):
         # One fused call over all tensors (torch >= 2.6): a third of the per-tensor norms'
         # cost on a small model, where this check runs every step.
-        maxima = torch._foreach_max(torch._foreach_abs(floats))
+        maxima = list(torch._foreach_max(torch._foreach_abs(floats)))
     else:
         maxima = [torch.linalg.vector_norm(t, math.inf) for t in floats]
     return torch.stack(maxima).float().amax()  # stack promotes mixed precisions

@@ -1,0 +1,323 @@
+"""The generated project follows its ecosystem's conventions and keeps itself current.
+
+Each test runs the real tool on a render: mypy, nox, mkdocs, the GitHub workflow schema,
+zizmor, the template-update script against a throwaway tagged template, and the template's
+own release.sh and venv.sh (the latter with a fake python, not a real install).
+"""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from nox.project import load_toml  # tomllib is 3.11+, the suite runs on 3.10 too
+
+from conftest import REPO
+from scaffold import GIT_IDENTITY, git, snapshot_template
+from test_update import PATHS_DOC, PATHS_PY, commit_all, copy_at, release
+
+BIN = Path(sys.executable).parent  # copier, mypy, zizmor, check-jsonschema of this venv
+ENV = {**os.environ, **GIT_IDENTITY, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+SESSIONS = {"tests", "lint", "typecheck", "docs"}
+
+
+def run(cwd: Path, *command: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        command, cwd=cwd, env=env or ENV, capture_output=True, text=True, check=False
+    )
+
+
+def passes(cwd: Path, *command: str) -> str:
+    result = run(cwd, *command)
+    assert result.returncode == 0, f"{' '.join(command)}:\n{result.stdout}\n{result.stderr}"
+    return result.stdout
+
+
+def pyproject(project: Path) -> dict:
+    return load_toml(project / "pyproject.toml")
+
+
+# --- pyproject.toml: groups, pytest, ruff, mypy, version ---------------------------------
+
+
+def flattened(groups: dict, name: str) -> set[str]:
+    """A PEP 735 group's requirements, include-group entries expanded."""
+    out: set[str] = set()
+    for item in groups[name]:
+        out |= flattened(groups, item["include-group"]) if isinstance(item, dict) else {item}
+    return out
+
+
+def test_dependency_groups_hold_the_tools_and_the_dev_extra_matches_them(rendered):
+    config = pyproject(rendered("defaults"))
+    groups = config["dependency-groups"]
+    assert {"dev", "test", "docs"} <= set(groups)
+    extra = set(config["project"]["optional-dependencies"]["dev"])
+    package = config["project"]["name"]
+    # `pip install -e ".[dev]"` (any pip) and `pip install --group dev` give the same tools.
+    assert extra - {f"{package}[export]"} == flattened(groups, "dev")
+
+
+def test_pytest_is_strict_and_ruff_reads_the_target_from_requires_python(rendered):
+    config = pyproject(rendered("defaults"))
+    pytest_options = config["tool"]["pytest"]["ini_options"]
+    assert pytest_options["minversion"] == "8.0"
+    assert {"--strict-config", "--strict-markers"} <= set(pytest_options["addopts"].split())
+    assert pytest_options["xfail_strict"] is True and pytest_options["log_level"]
+    assert "target-version" not in config["tool"]["ruff"]
+
+
+def test_the_project_version_is_its_own_not_the_templates_tag():
+    text = (REPO / "template" / "pyproject.toml.jinja").read_text()
+    assert 'version = "0.1.0"\n' in text and "dynamic" not in text and "_commit" not in text
+
+
+def test_mypy_is_clean_on_the_framework(rendered, request, tmp_path):
+    project = rendered("defaults")
+    assert pyproject(project)["tool"]["mypy"]["files"] == ["src/default_probe/framework"]
+    # torch's and lightning's analysis is the cost (~30 s cold): keep it between runs.
+    cache = request.config.cache.mkdir("mypy") if hasattr(request.config, "cache") else tmp_path
+    out = passes(project, sys.executable, "-m", "mypy", "--cache-dir", str(cache))
+    assert out.startswith("Success: no issues found")
+
+
+# --- nox, docs ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("answers", ["defaults", "no_ci"])
+def test_nox_lists_the_sessions_ci_runs(rendered, answers):
+    project = rendered(answers)
+    listed = yaml.safe_load(passes(project, sys.executable, "-m", "nox", "-l", "--json"))
+    assert {session["name"] for session in listed} == SESSIONS
+    noxfile = (project / "noxfile.py").read_text()
+    assert ("zizmor" in noxfile) == (answers == "defaults")  # only where there are workflows
+
+
+def test_the_docs_site_builds_strictly_from_the_projects_own_files(rendered, tmp_path):
+    project = rendered("defaults")
+    site = tmp_path / "site"
+    env = {**ENV, "NO_MKDOCS_2_WARNING": "1"}
+    result = run(
+        project, sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(site), env=env
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Default Probe" in (site / "index.html").read_text()  # README.md
+    assert (site / "CHECKLIST" / "index.html").is_file()
+    presets = {path.stem for path in (project / "configs" / "presets").glob("*.yaml")}
+    assert presets and {p.name for p in (site / "presets").iterdir() if p.is_dir()} == presets
+    assert not (site / "hooks.py").exists()
+
+
+# --- GitHub: workflows, dependabot, zizmor -------------------------------------------------
+
+
+def test_every_workflow_is_schema_valid_pinned_and_zizmor_clean(rendered):
+    project = rendered("defaults")
+    github = project / ".github"
+    workflows = sorted((github / "workflows").glob("*.yml"))
+    assert {path.name for path in workflows} == {"ci.yml", "template-update.yml"}
+    check = [sys.executable, "-m", "check_jsonschema", "--builtin-schema"]
+    passes(project, *check, "vendor.github-workflows", *map(str, workflows))
+    passes(project, *check, "vendor.dependabot", str(github / "dependabot.yml"))
+    passes(project, "zizmor", "--offline", ".")  # a binary: ENV puts it on PATH
+    for path in workflows:
+        workflow = yaml.safe_load(path.read_text())
+        assert "workflow_dispatch" in workflow[True], f"{path.name} cannot be run on demand"
+        uses = [s["uses"] for job in workflow["jobs"].values() for s in job["steps"] if "uses" in s]
+        assert all(re.fullmatch(r"[\w-]+/[\w-]+@[0-9a-f]{40}", u) for u in uses), uses
+    ecosystems = yaml.safe_load((github / "dependabot.yml").read_text())["updates"]
+    assert {entry["package-ecosystem"] for entry in ecosystems} == {"github-actions", "pip"}
+
+
+def test_the_template_update_workflow_is_weekly_and_least_privileged(rendered):
+    path = rendered("defaults") / ".github" / "workflows" / "template-update.yml"
+    workflow = yaml.safe_load(path.read_text())
+    assert workflow[True]["schedule"] and workflow["permissions"] == {}
+    (job,) = workflow["jobs"].values()
+    assert job["permissions"] == {"contents": "write", "pull-requests": "write"}
+    runs = "\n".join(step.get("run", "") for step in job["steps"])
+    assert "bash scripts/template_update.sh" in runs and "nox -s tests" in runs
+    assert not (rendered("no_ci") / ".github").exists()
+
+
+def test_the_zizmor_hook_installs_from_pypi_and_passes(rendered, tmp_path):
+    project = rendered("defaults")
+    hooks = yaml.safe_load((project / ".pre-commit-config.yaml").read_text())["repos"][0]["hooks"]
+    zizmor = next(hook for hook in hooks if hook["id"] == "zizmor")
+    assert zizmor["language"] == "python" and zizmor["additional_dependencies"][0].startswith(
+        "zizmor=="
+    )
+    env = {**ENV, "PRE_COMMIT_HOME": str(tmp_path / "pre-commit")}
+    result = run(
+        project, sys.executable, "-m", "pre_commit", "run", "zizmor", "--all-files", env=env
+    )
+    assert result.returncode == 0 and "Passed" in result.stdout, result.stdout + result.stderr
+    no_ci = (rendered("no_ci") / ".pre-commit-config.yaml").read_text()
+    assert "zizmor" not in no_ci
+
+
+# --- scripts/template_update.sh against a throwaway tagged template ---------------------
+
+
+def template_update(project: Path) -> subprocess.CompletedProcess:
+    return run(project, "bash", "scripts/template_update.sh", str(project.parent / "pr.md"))
+
+
+@pytest.fixture
+def project_at_v010(tmp_path: Path) -> tuple[Path, Path]:
+    template = snapshot_template(tmp_path / "template")
+    return template, copy_at(template, tmp_path / "project", "v0.1.0")
+
+
+def test_template_update_brings_a_release_and_describes_it(project_at_v010):
+    template, project = project_at_v010
+    first = template_update(project)
+    assert first.returncode == 0 and "Already up to date" in first.stderr, first.stderr
+    assert git(project, "status", "--porcelain") == ""
+
+    fixed = PATHS_DOC.replace("root.", "root (`~` expanded).")
+    entry = "- **New:** paths expand `~`."
+    release(
+        template,
+        "v0.2.0",
+        [
+            (PATHS_PY, PATHS_DOC, fixed),
+            ("CHANGELOG.md", "## Unreleased\n", f"## Unreleased\n\n{entry}\n"),
+        ],
+    )
+    result = template_update(project)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert fixed in (project / "src" / "update_probe" / "framework" / "paths.py").read_text()
+    description = (project.parent / "pr.md").read_text()
+    assert "v0.1.0 to v0.2.0" in description
+    assert entry in description and "framework/paths.py" in description
+
+
+def test_template_update_fails_naming_the_conflicting_file(project_at_v010):
+    template, project = project_at_v010
+    paths_py = project / "src" / "update_probe" / "framework" / "paths.py"
+    paths_py.write_text(
+        paths_py.read_text().replace(PATHS_DOC, PATHS_DOC.replace("root.", "root, mine."))
+    )
+    commit_all(project, "my wording")
+    release(
+        template, "v0.2.0", [(PATHS_PY, PATHS_DOC, PATHS_DOC.replace("root.", "root, theirs."))]
+    )
+    result = template_update(project)
+    assert result.returncode == 1
+    assert "conflicts with local edits" in result.stderr
+    assert "src/update_probe/framework/paths.py" in result.stderr
+
+
+# --- scripts/release.sh in a throwaway copy of this checkout ----------------------------
+
+ENTRY = """- **New:** a thing.
+- **On update:** rewrites a file.
+- **Migration:** none.
+- **Action:** none.
+"""
+
+
+def throwaway_template(tmp_path: Path, unreleased: str = "") -> Path:
+    """A copy of this checkout, released as v0.1.0, with `unreleased` as its next entry."""
+    repo = snapshot_template(tmp_path / "template")
+    (repo / "CHANGELOG.md").write_text(
+        f"# Changelog\n\n## Unreleased\n\n{unreleased}\n## v0.1.0\n\nThe first release.\n"
+    )
+    git(repo, "commit", "-qam", "the next entry")
+    return repo
+
+
+def release_sh(repo: Path, *args: str) -> subprocess.CompletedProcess:
+    return run(repo, "bash", "scripts/release.sh", *args)
+
+
+def test_release_moves_unreleased_under_the_version_and_tags_it(tmp_path):
+    refused = release_sh(throwaway_template(tmp_path / "empty"), "0.2.0", "--skip-tests")
+    assert refused.returncode == 1 and "nothing to release" in refused.stderr
+    repo = throwaway_template(tmp_path, ENTRY)
+
+    result = release_sh(repo, "0.2.0", "--skip-tests")
+    assert result.returncode == 0, result.stderr
+    assert f"## Unreleased\n\n## v0.2.0\n\n{ENTRY}" in (repo / "CHANGELOG.md").read_text()
+    assert git(repo, "cat-file", "-t", "v0.2.0").strip() == "tag"  # annotated
+    assert "**Migration:** none." in git(repo, "tag", "-l", "--format=%(contents)", "v0.2.0")
+    assert git(repo, "status", "--porcelain") == ""
+
+
+@pytest.mark.parametrize(
+    ("version", "entry", "dirty", "message"),
+    [
+        ("0.1.0", ENTRY, False, "tag v0.1.0 exists already"),
+        ("v0.2.0", ENTRY, False, "not a PEP 440 version"),
+        ("0.2.0", ENTRY, True, "uncommitted changes"),
+        ("0.2.0", ENTRY.replace("Migration", "Migrations"), False, '"**Migration:**" part'),
+    ],
+    ids=["tag-exists", "leading-v", "dirty-tree", "entry-misses-a-part"],
+)
+def test_release_refuses(tmp_path, version, entry, dirty, message):
+    repo = throwaway_template(tmp_path, entry)
+    if dirty:
+        (repo / "README.md").write_text("edited\n")
+    result = release_sh(repo, version, "--skip-tests")
+    assert result.returncode == 1 and message in result.stderr, result.stderr
+    assert git(repo, "tag", "-l", "v0.2.0") == ""
+
+
+# --- scripts/venv.sh: where torch comes from ---------------------------------------------
+
+FAKE_PYTHON = """#!/bin/sh
+# A python3 / .venv/bin/python stand-in: logs its arguments, installs nothing.
+echo "$*" >> "$FAKE_LOG"
+case "$*" in
+  "-m venv"*)
+    mkdir -p .venv/bin && cp "$0" .venv/bin/python
+    case "$*" in *--system-site-packages*) touch .venv/system-site ;; esac ;;
+  "-c import torch")  [ -n "$SYSTEM_TORCH" ] ;;
+  "-c import torch; print(torch.__version__)")
+    [ -e .venv/system-site ] && echo 2.13.0 ;;
+  "-m pip config list")
+    [ -n "$PIP_INDEX_URL" ] && echo ":env:.index-url='$PIP_INDEX_URL'"; true ;;
+esac
+"""
+
+
+@pytest.mark.parametrize(
+    ("env", "says", "torch_install"),
+    [
+        ({"SYSTEM_TORCH": "1"}, "torch: 2.13.0, already installed", None),
+        (
+            {"PIP_INDEX_URL": "http://mirror/simple"},
+            "from the package index pip is configured",
+            "-m pip install -q torch",
+        ),
+        (
+            {},
+            "the CPU build",
+            "-m pip install -q torch --index-url https://download.pytorch.org/whl/cpu",
+        ),
+    ],
+    ids=["installed", "configured-index", "nothing-configured"],
+)
+def test_venv_sh_takes_torch_from_what_is_there_first(tmp_path, env, says, torch_install):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text(FAKE_PYTHON)
+    (bin_dir / "python3").chmod(0o755)
+    log = tmp_path / "log"
+    result = run(
+        tmp_path,
+        "bash", "-c", f"source {REPO / 'scripts' / 'venv.sh'}",
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin", "FAKE_LOG": str(log), "HOME": str(tmp_path), **env},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert [line for line in result.stdout.splitlines() if line.startswith("torch:")] == [
+        next(line for line in result.stdout.splitlines() if says in line)
+    ]
+    calls = log.read_text().splitlines()
+    installs = [call for call in calls if call.startswith("-m pip install -q torch")]
+    assert installs == ([torch_install] if torch_install else [])
+    assert ("--system-site-packages" in calls[1]) == ("SYSTEM_TORCH" in env)
