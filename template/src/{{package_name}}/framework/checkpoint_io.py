@@ -105,9 +105,10 @@ def _alive(pid: int) -> bool:
         return True
     stat = Path(f"/proc/{pid}/stat")
     try:
-        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):  # no /proc (macOS): os.kill's answer stands
+        fields = stat.read_text().rsplit(")", 1)[-1].split()  # state first, after the name
+    except OSError:  # no /proc (macOS): os.kill's answer stands
         return True
+    return fields[:1] != ["Z"]
 
 
 def _fsync_directory(folder: Path) -> None:

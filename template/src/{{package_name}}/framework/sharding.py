@@ -61,7 +61,11 @@ class FSDP2Strategy(ModelParallelStrategy):
         self._data_parallel_size = self.num_nodes * self.num_processes
         super().setup_environment()
         module = self.lightning_module
-        module.configure_model = _then_shard(module.configure_model, module, self._shard)
+        assert module is not None  # Lightning connects the module before the environment
+        # An instance attribute over the class's hook, removed again at teardown.
+        module.configure_model = _then_shard(  # type: ignore[method-assign]
+            module.configure_model, module, self._shard
+        )
 
     def teardown(self) -> None:
         module = self.lightning_module

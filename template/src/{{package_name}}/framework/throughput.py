@@ -62,7 +62,8 @@ class TrainingThroughput(L.Callback):
     ) -> None:
         self._samples += batch_size(batch)
         self._batches += 1
-        if not trainer.loggers or trainer.global_step % trainer.log_every_n_steps:
+        every = trainer.log_every_n_steps  # type: ignore[attr-defined]  # set, undeclared
+        if not trainer.loggers or trainer.global_step % every:
             return
         flops = None
         if self.flops_per_sample is not None:
@@ -72,7 +73,7 @@ class TrainingThroughput(L.Callback):
             time=self._now() - self._start,
             batches=self._batches,
             samples=self._samples,
-            flops=flops,
+            flops=None if flops is None else int(flops),
         )
         metrics = self._meter.compute()
         if trainer.world_size == 1:  # the meter gives totals over processes only for several

@@ -102,7 +102,8 @@ def _fit(options: list[str], *callbacks: dict) -> L.Trainer:
 
 
 def _callback(trainer: L.Trainer, kind: type) -> Any:
-    return next(callback for callback in trainer.callbacks if isinstance(callback, kind))
+    callbacks = trainer.callbacks  # type: ignore[attr-defined]  # set, undeclared
+    return next(callback for callback in callbacks if isinstance(callback, kind))
 
 
 def _timed(options: list[str], steps: int) -> StepTimer:
@@ -127,10 +128,11 @@ def _tune(args: argparse.Namespace, options: list[str]) -> int:
     device = trainer.strategy.root_device.type
     options = [*options, f"--data.batch_size={best['batch_size']}"]
 
-    takes_workers = "num_workers" in inspect.signature(type(trainer.datamodule)).parameters
+    datamodule = trainer.datamodule  # type: ignore[attr-defined]  # set, undeclared
+    takes_workers = "num_workers" in inspect.signature(type(datamodule)).parameters
     workers = [w.strip() for w in args.workers.split(",") if w.strip()] if takes_workers else []
     if not takes_workers:
-        say(f"2: skipped: {type(trainer.datamodule).__name__} takes no `num_workers`")
+        say(f"2: skipped: {type(datamodule).__name__} takes no `num_workers`")
     for n, value in enumerate(workers, 1):
         say(f"2: num_workers={value} ({n}/{len(workers)}, {args.steps} batches)")
         timer = _timed([*options, f"--data.num_workers={value}"], args.steps)
@@ -172,7 +174,7 @@ def _table(batch: int, rows: list[tuple[str, str, float, float]], device: str) -
     lines = [f"largest batch size on one {device} device: {batch}", ""]
     lines.append(f"{'setting':<12} {'value':<12} {'samples/s':>10} {'data wait':>10}")
     for setting, value, rate, wait in rows:
-        lines.append(f"{setting:<12} {value:<12} {rate:>10.1f} {wait:>10.1%}")
+        lines.append(f"{setting:<12} {value:<12} {rate:>10.1f} {100 * wait:>9.1f}%")
     return "\n".join(lines)
 
 

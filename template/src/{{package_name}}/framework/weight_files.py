@@ -46,7 +46,9 @@ def _is_torch_zip(path: Path) -> bool:
     try:
         with zipfile.ZipFile(path) as archive:
             return any(name.endswith("/data.pkl") for name in archive.namelist())
-    except (zipfile.BadZipFile, OSError):
+    except zipfile.BadZipFile:
+        return False
+    except OSError:
         return False
 
 
