@@ -11,7 +11,7 @@ PRESETS = [
     "ddp",
     "ddp-multinode",
     "slurm",
-    "fsdp",
+    "fsdp2",
     "bf16",
     "fp16",
     "compile",

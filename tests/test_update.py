@@ -432,7 +432,7 @@ def test_update_from_the_flat_layout_migrates_the_users_imports(tmp_path, capfd)
     append_line(model_py, "# my own line in model.py")
     append_line(package / "loaders.py", "# my fix in a framework file")
     config = project / "configs" / "default.yaml"
-    config.write_text(config.read_text().replace("max_epochs: 6 ", "max_epochs: 3 "))
+    config.write_text(config.read_text().replace("seed_everything: 1234 ", "seed_everything: 4321 "))
     append_line(config, "# my own line in default.yaml")
     mine_yaml = project / "configs" / "mine.yaml"
     mine_yaml.write_text(
@@ -484,7 +484,7 @@ def test_update_from_the_flat_layout_migrates_the_users_imports(tmp_path, capfd)
             expected = expected.replace(old, new)
         assert path.read_bytes() == expected, f"{path.name} changed beyond its import lines"
     text = config.read_text()
-    assert "max_epochs: 3 " in text and text.endswith("# my own line in default.yaml\n")
+    assert "seed_everything: 4321 " in text and text.endswith("# my own line in default.yaml\n")
     class_paths = re.findall(rf"class_path: {LAYOUT_PACKAGE}\.(\w+)\.", text)
     assert set(class_paths) == {"framework", "model", "nets", "data"}, class_paths
 

@@ -79,4 +79,7 @@ def _close_process_group() -> None:
     torchrun), turning a finished run into a failed one.
     """
     if torch.distributed.is_available() and torch.distributed.is_initialized():
+        # Every rank reaches this point before any tears the group down: a rank that
+        # destroys it while another still talks to it aborts the other one.
+        torch.distributed.barrier()
         torch.distributed.destroy_process_group()
