@@ -5,6 +5,8 @@ and from committed files only, so the suite renders a throwaway committed copy o
 checkout: what is tested is exactly the working tree.
 """
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -92,3 +94,16 @@ def installed(rendered):
     yield get
     if done:
         uninstall(*(package_name(project) for project in done.values()))
+
+
+def assert_project_tests_pass(project: Path, *pytest_args: str) -> None:
+    """Run a generated project's own test suite with this interpreter; it must pass."""
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args],
+        cwd=project,
+        env={**os.environ, "WANDB_MODE": "offline"},
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    assert " passed" in result.stdout.splitlines()[-1]

@@ -6,13 +6,9 @@ trainings, several processes) run on the default render only: they do not depend
 the answers that tell the other renders apart (loggers, CI, license).
 """
 
-import os
-import subprocess
-import sys
-
 import pytest
 
-from conftest import INSTALLABLE
+from conftest import INSTALLABLE, assert_project_tests_pass
 
 
 @pytest.mark.slow
@@ -20,12 +16,4 @@ from conftest import INSTALLABLE
 def test_generated_project_passes_its_own_tests(installed, name):
     project = installed(name)
     markers = [] if name == "defaults" else ["-m", "not slow"]
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *markers],
-        cwd=project,
-        env={**os.environ, "WANDB_MODE": "offline"},
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
-    assert " passed" in result.stdout.splitlines()[-1]
+    assert_project_tests_pass(project, *markers)

@@ -17,7 +17,7 @@ import pytest
 import torch
 import yaml
 
-from conftest import render
+from conftest import assert_project_tests_pass, render
 from scaffold import git, install_editable, uninstall
 
 OWN = Path(__file__).parent / "own_project"
@@ -73,15 +73,7 @@ def ok(result: subprocess.CompletedProcess) -> str:
 
 @pytest.mark.slow
 def test_the_projects_own_tests_pass_unchanged_after_the_example_is_replaced(project):
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow"],
-        cwd=project,
-        env={**os.environ, "WANDB_MODE": "offline"},
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
-    assert " passed" in result.stdout.splitlines()[-1]
+    assert_project_tests_pass(project, "-m", "not slow")
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ import jinja2
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import REPO, assert_project_tests_pass
 from scaffold import git, install_editable, package_name, snapshot_template, uninstall
 
 HEADER = "# Managed by the template; local edits are merged on update."
@@ -184,17 +184,9 @@ def test_update_brings_template_fixes_and_keeps_user_edits(release_a, tmp_path):
 
     install_editable(project)
     try:
-        result = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-m", "not slow", "-p", "no:cacheprovider"],
-            cwd=project,
-            env={**os.environ, "WANDB_MODE": "offline"},
-            capture_output=True,
-            text=True,
-        )
+        assert_project_tests_pass(project, "-m", "not slow")
     finally:
         uninstall(PACKAGE)
-    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
-    assert " passed" in result.stdout.splitlines()[-1]
 
 
 def test_same_lines_changed_on_both_sides_conflict_inline_and_pre_commit_refuses(
@@ -432,7 +424,9 @@ def test_update_from_the_flat_layout_migrates_the_users_imports(tmp_path, capfd)
     append_line(model_py, "# my own line in model.py")
     append_line(package / "loaders.py", "# my fix in a framework file")
     config = project / "configs" / "default.yaml"
-    config.write_text(config.read_text().replace("seed_everything: 1234 ", "seed_everything: 4321 "))
+    config.write_text(
+        config.read_text().replace("seed_everything: 1234 ", "seed_everything: 4321 ")
+    )
     append_line(config, "# my own line in default.yaml")
     mine_yaml = project / "configs" / "mine.yaml"
     mine_yaml.write_text(
