@@ -58,7 +58,7 @@ def test_dependency_groups_hold_the_tools_and_the_dev_extra_matches_them(rendere
     extra = set(config["project"]["optional-dependencies"]["dev"])
     package = config["project"]["name"]
     # `pip install -e ".[dev]"` (any pip) and `pip install --group dev` give the same tools.
-    assert extra - {f"{package}[export]"} == flattened(groups, "dev")
+    assert extra - {f"{package}[export,sweep]"} == flattened(groups, "dev")
 
 
 def test_pytest_is_strict_and_ruff_reads_the_target_from_requires_python(rendered):

@@ -11,12 +11,14 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from .compare import compare
 from .consolidate import consolidate_checkpoint
 from .determinism import verify_determinism
 from .doctor import main as doctor
 from .export import export
 from .inspect_ckpt import inspect_checkpoint
 from .lightning_cli import TRAINER_COMMANDS, ProjectCLI
+from .sweep import sweep
 from .tune import tune
 
 PROG = f"python -m {__package__.split('.')[0]}"
@@ -27,6 +29,8 @@ TOOLS: dict[str, Callable[[Sequence[str]], int]] = {
     "export": export,
     "consolidate-ckpt": consolidate_checkpoint,
     "tune": tune,
+    "sweep": sweep,
+    "compare": compare,
 }
 SUMMARIES = {
     "fit": "train, validating every epoch (--ckpt_path last resumes the run)",
@@ -39,6 +43,8 @@ SUMMARIES = {
     "export": "write a checkpoint's weights to safetensors and its network to ONNX, verified",
     "consolidate-ckpt": "merge a sharded (FSDP2) checkpoint folder into one file for one process",
     "tune": "measure the largest batch, loader workers and precision on this machine",
+    "sweep": "search hyperparameters with Optuna, each trial a fit; rerun to resume (local|slurm)",
+    "compare": "table (and --plot) of runs or a sweep: differing config, best metric, commit",
 }
 
 

@@ -28,6 +28,7 @@ from .paths import DEFAULT_CONFIG, DEFAULT_RUN_ROOT, RunLayout, project_path, un
 from .precision import trainer_kwargs_for_accelerator
 from .provenance import CheckpointProvenance
 from .resume import InterruptCheckpoint
+from .run_record import continue_loggers, record_invocation
 
 TRAINER_COMMANDS = ("fit", "validate", "test", "predict")
 PREDICT_LOADERS = ("predict_dataloader", "val_dataloader", "test_dataloader")
@@ -135,6 +136,7 @@ class ProjectCLI(LightningCLI):
         )
 
     def parse_arguments(self, parser: LightningArgumentParser, args) -> None:
+        self._words = [str(word) for word in (sys.argv[2:] if args is None else args[1:])]
         super().parse_arguments(parser, args)
         config = self.config[self.config.subcommand]
         layout = RunLayout(project_path(config.trainer.default_root_dir or DEFAULT_RUN_ROOT))
@@ -142,8 +144,15 @@ class ProjectCLI(LightningCLI):
         _root_loggers(config.trainer.logger, layout.root)
         if config.get("ckpt_path") == "best" and self.config.subcommand != "fit":
             config.ckpt_path = str(_best_checkpoint(layout))
+
+    def before_instantiate_classes(self) -> None:
+        """Record the command in the run root; a resumed fit continues its loggers' versions."""
+        config = self.config[self.config.subcommand]
+        layout = RunLayout(config.trainer.default_root_dir)
+        record_invocation(layout.root, [self.config.subcommand, *self._words])
         if self.config.subcommand == "fit" and config.get("ckpt_path"):
-            _continue_wandb_run(config.trainer.logger, config.ckpt_path, layout)
+            path = layout.last if config.ckpt_path == "last" else project_path(config.ckpt_path)
+            continue_loggers(config.trainer.logger, path)
 
     def instantiate_trainer(self, **kwargs) -> Trainer:
         config = self.config_init[self.subcommand]
@@ -240,24 +249,6 @@ def _root_loggers(logger_config, root: Path) -> None:
         init_args = entry.get("init_args") if isinstance(entry, Namespace) else None
         if init_args is not None and "save_dir" in init_args and init_args.save_dir is None:
             init_args.save_dir = str(root)
-
-
-def _continue_wandb_run(logger_config, ckpt_path: str, layout: RunLayout) -> None:
-    """Resuming a fit logs to the wandb run of the checkpoint, not to a new run."""
-    path = layout.last if ckpt_path == "last" else project_path(ckpt_path)
-    entries = logger_config if isinstance(logger_config, list) else [logger_config]
-    wandb_entries = [
-        entry.init_args
-        for entry in entries
-        if isinstance(entry, Namespace) and str(entry.get("class_path", "")).endswith("WandbLogger")
-    ]
-    if not wandb_entries or not path.is_file():
-        return
-    run_id = (load_checkpoint(path).get("provenance") or {}).get("loggers", {}).get("WandbLogger")
-    for init_args in wandb_entries:
-        if run_id and not init_args.get("id"):
-            init_args.id = run_id
-            init_args.resume = "allow"
 
 
 def _best_checkpoint(layout: RunLayout) -> Path:

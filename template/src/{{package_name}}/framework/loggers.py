@@ -6,17 +6,42 @@ working directory. A `save_dir` written in a config would pin logs to one place 
 `--trainer.default_root_dir` would no longer move them, so these subclasses accept
 `save_dir: null` and the CLI fills it with `trainer.default_root_dir`. Everything of a
 run then lives under that root, and two runs with different roots share no file.
+
+A resumed fit logs to the version it started (run_record.continue_loggers): the CSV
+logger then appends to that version's `metrics.csv`, where Lightning's would delete it.
 """
 
+import csv
 import os
 from typing import Any
 
 from lightning.pytorch import loggers
+from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+from lightning.pytorch.loggers.logger import rank_zero_experiment
+
+
+class ContinuingWriter(ExperimentWriter):
+    """Lightning's CSV writer, keeping the rows an earlier process wrote to this version."""
+
+    def _check_log_dir_exists(self) -> None:
+        # Lightning's version warns and deletes metrics.csv; this one reads its header, so
+        # new rows are appended under the same columns (and new columns rewrite the header).
+        if self._fs.isfile(self.metrics_file_path):
+            with self._fs.open(self.metrics_file_path, "r", newline="") as file:
+                self.metrics_keys = next(csv.reader(file), [])
 
 
 class CSVLogger(loggers.CSVLogger):
     def __init__(self, save_dir: str | None = None, name: str = "csv", **kwargs: Any) -> None:
         super().__init__(save_dir=save_dir or os.getcwd(), name=name, **kwargs)
+
+    @property
+    @rank_zero_experiment
+    def experiment(self) -> ExperimentWriter:
+        if self._experiment is None:
+            self._fs.makedirs(self.root_dir, exist_ok=True)
+            self._experiment = ContinuingWriter(log_dir=self.log_dir)
+        return self._experiment
 
 
 class TensorBoardLogger(loggers.TensorBoardLogger):

@@ -44,6 +44,11 @@ class RunLayout:
     def predictions(self) -> Path:
         return self.root / "predictions"
 
+    @property
+    def command(self) -> Path:
+        """Every command line run on this root, appended (run_record.py)."""
+        return self.root / "command.txt"
+
 
 def unused_name(folder: Path, stem: str, suffix: str) -> str:
     """`stem`, else `stem-1`, `stem-2`, ...: the first name no file in `folder` starts with.

@@ -1,0 +1,87 @@
+# Managed by the template; local edits are merged on update.
+"""`compare RUN_OR_SWEEP_DIR... [--plot FILE.png] [--format table|csv|markdown]`.
+
+One row per run (or per config, with mean ± standard deviation and n, when runs differ
+only by their seed): the config keys that differ between rows, the best and final value of
+the monitored metric (`checkpoint.monitor`), steps, training time (over every resume) and
+the commit the run was trained from (`+dirty` for uncommitted changes), sorted best first.
+A sweep folder (runs/sweeps/<name>) gives one row per trial. `--plot` draws the metric
+against steps for every run and, for a sweep, against each searched parameter.
+
+It reads only what runs write anyway (run_record.py): the checkpoint's provenance and
+callback states, the saved config, the CSV logger's metrics.csv; runs made by older
+versions of the project compare too.
+"""
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..paths import project_path
+from ..run_record import RunRecord, is_run, read_run
+
+MAX_DEPTH = 3  # sweep folder / trial / seed
+
+
+def compare(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog=f"python -m {__package__.split('.')[0]} compare",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    parser.add_argument("folders", nargs="+", type=Path, help="run roots or sweep folders")
+    parser.add_argument("--plot", type=Path, help="write a PNG of the metric per run")
+    parser.add_argument("--format", choices=("table", "csv", "markdown"), default="table")
+    args = parser.parse_args(list(argv))
+    from .table import render, rows
+
+    roots = [root for folder in args.folders for root in _runs_in(_existing(folder))]
+    records: list[RunRecord] = [read_run(root) for root in dict.fromkeys(roots)]
+    base = Path(os.path.commonpath([record.root for record in records]))
+    if len(records) == 1:
+        base = base.parent
+    table, monitor, mode = rows(records, base)
+    monitors = sorted({str(run.monitor[0]) for run in records})
+    if len(monitors) > 1:
+        print(f"note: the runs monitor different metrics ({', '.join(monitors)}); "
+              f"rows are compared by {monitor}", file=sys.stderr)
+    print(render(table, monitor, mode, args.format), end="")
+    if args.plot:
+        from .plot import write_plot
+
+        for note in write_plot(table, monitor, mode, args.plot):
+            print(f"note: {note}", file=sys.stderr)
+        print(f"wrote {args.plot}", file=sys.stderr)
+    return 0
+
+
+def _existing(folder: Path) -> Path:
+    """The folder as given, else under the project root (where `fit` puts relative roots)."""
+    for candidate in (folder, project_path(folder)):
+        if candidate.is_dir():
+            return candidate.resolve()
+    sys.exit(
+        f"error: {folder} is not a folder (looked in the working directory and the project "
+        "root). Give a run root (`--trainer.default_root_dir` of a fit, e.g. runs/default) "
+        "or a sweep folder (runs/sweeps/<name>)."
+    )
+
+
+def _runs_in(folder: Path, depth: int = 0) -> list[Path]:
+    if is_run(folder):
+        return [folder]
+    found = []
+    if depth < MAX_DEPTH:
+        for child in sorted(path for path in folder.iterdir() if path.is_dir()):
+            found += _runs_in(child, depth + 1)
+    if depth == 0 and not found:
+        sys.exit(
+            f"error: {folder} is not a run folder: neither it nor its subfolders hold "
+            "checkpoints/, command.txt or <logger>/version_N/metrics.csv. Give the root of a "
+            "run (`--trainer.default_root_dir` of a fit, e.g. runs/default) or a sweep "
+            "folder (runs/sweeps/<name>)."
+        )
+    return found

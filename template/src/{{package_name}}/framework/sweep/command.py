@@ -1,0 +1,203 @@
+# Managed by the template; local edits are merged on update.
+"""`sweep SPEC.yaml [--trials N] [--launcher local|slurm] [--jobs K] [fit options]`.
+
+Everything is checked before the first trial starts: the spec (spec.py), the fit options
+and every edge of the search space, parsed by `fit` itself (`--print_config`: nothing is
+built), and, on a rerun, that the spec still describes the sweep in the folder.
+"""
+
+import argparse
+import io
+import sys
+from collections.abc import Sequence
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..paths import project_path
+from .spec import SpecError, SweepSpec, fit_value, load_spec
+
+SWEEPS_ROOT = "runs/sweeps"
+PROG = f"python -m {__package__.split('.')[0]} sweep"
+# fit options the sweep sets itself, per trial
+OWN_OPTIONS = {
+    "--trainer.default_root_dir": "each trial's run root is runs/sweeps/<name>/trial-NNNN/",
+    "--ckpt_path": "a rerun of the sweep resumes unfinished trials with --ckpt_path last itself",
+}
+
+
+def parser() -> argparse.ArgumentParser:
+    from . import __doc__ as overview
+
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description=overview,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,  # `--trial 4` must not silently mean --trials
+    )
+    parser.add_argument("spec", type=Path, help="the sweep spec (see configs/sweeps/)")
+    parser.add_argument("--trials", type=int, help="finished trials to reach (default: the spec's)")
+    parser.add_argument("--launcher", choices=("local", "slurm"), default="local")
+    parser.add_argument(
+        "--jobs", type=int, help="trials at once (local: default 1; slurm: array parallelism)"
+    )
+    parser.add_argument("--name", help="the sweep's folder under runs/sweeps/ (default: the spec's)")
+    slurm = parser.add_argument_group("slurm (override the spec's slurm: section)")
+    slurm.add_argument("--partition")
+    slurm.add_argument("--gpus-per-trial", type=int, dest="gpus_per_node")
+    slurm.add_argument("--time-min", type=int, dest="timeout_min", help="time limit per job")
+    return parser
+
+
+def sweep(argv: Sequence[str]) -> int:
+    args, cli_options = parser().parse_known_args(list(argv))
+    try:
+        return _sweep(args, cli_options)
+    except SpecError as error:
+        sys.exit(f"error: {error}")
+
+
+def _sweep(args: argparse.Namespace, cli_options: list[str]) -> int:
+    from .launch import run_local, run_slurm
+    from .study import Sweep
+
+    spec = load_spec(args.spec, args.name)
+    target = args.trials or spec.trials
+    if target is None or target < 1:
+        raise SpecError(
+            f"how many trials? Give `--trials N` (at least 1) or `trials: N` in {args.spec}."
+        )
+    if args.jobs is not None and args.jobs < 1:
+        raise SpecError(f"--jobs {args.jobs}: run at least 1 trial at a time.")
+    fit_options = [*spec.fit_options, *cli_options]
+    _check_own_options(fit_options, spec)
+    resolved = check_fit_options(fit_options, spec)
+    section = resolved.get("checkpoint") or {}
+    metric = spec.metric or section.get("monitor")
+    if not metric:
+        raise SpecError(
+            f"the sweep has no metric: set `metric:` in {args.spec}, or checkpoint.monitor in "
+            "the config (a key your validation_step logs)."
+        )
+    direction = spec.direction or ("maximize" if section.get("mode") == "max" else "minimize")
+    sweep = Sweep(spec, project_path(SWEEPS_ROOT) / spec.name, metric, direction, fit_options)
+    say = _printer()
+    say(f"sweep dir {sweep.root}  ({direction} {metric}, {target} trials, {args.launcher})")
+    sweep.root.mkdir(parents=True, exist_ok=True)
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(sweep.lock)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise SpecError(
+            f"another `sweep` process is running the sweep in {sweep.root} (it holds "
+            f"{sweep.lock}). Wait for it or stop it (Ctrl-C), then rerun; to run another "
+            "sweep at the same time give it its own `--name`."
+        ) from None
+    try:
+        if args.launcher == "slurm":
+            flags = {"partition": args.partition, "gpus_per_node": args.gpus_per_node}
+            status = run_slurm(sweep, target, args.jobs, {**flags, "timeout_min": args.timeout_min}, say)
+        else:
+            status = run_local(sweep, target, args.jobs or 1, say)
+        return _summary(sweep, target, say) if status == 0 else status
+    finally:
+        lock.release()
+
+
+def _check_own_options(options: list[str], spec: SweepSpec) -> None:
+    for option in options:
+        name = option.split("=", 1)[0]
+        if name in OWN_OPTIONS:
+            raise SpecError(f"{name} is set by the sweep ({OWN_OPTIONS[name]}); leave it out.")
+        if name == "--seed_everything" and spec.seeds:
+            raise SpecError(
+                f"--seed_everything and the spec's `seeds: {spec.seeds}` both set the seed; "
+                "keep one (the seeds repeat each trial, one fit per seed)."
+            )
+
+
+def check_fit_options(options: list[str], spec: SweepSpec) -> dict[str, Any]:
+    """Parse `fit` with the options at every edge of the space; the resolved config.
+
+    Each parse is `fit --print_config`: jsonargparse checks names and types against the
+    real signatures and builds nothing. One point sets every parameter to its first edge;
+    then each other edge (the high end, every other choice) is tried alone.
+    """
+    first = {key: param.corners()[0] for key, param in spec.space.items()}
+    points = [first] + [
+        {**first, key: value}
+        for key, param in spec.space.items()
+        for value in param.corners()[1:]
+    ]
+    seed = [f"--seed_everything={spec.seeds[0]}"] if spec.seeds else []
+    resolved: dict[str, Any] = {}
+    for point in points:
+        values = [f"--{k}={fit_value(spec.space[k].decode(v))}" for k, v in point.items()]
+        code, out, err = _print_config([*options, *seed, *values])
+        if code != 0:
+            raise SpecError(
+                f"`fit` refuses the sweep's options with the trial values {' '.join(values)}: "
+                f"{_last_error(err)}. Each key under `space:` in {spec.path} is a `fit` option "
+                f"without its leading `--` (see `{PROG.rsplit(' ', 1)[0]} fit --help`); fix the "
+                "key, its values, or the fit options given to the sweep."
+            )
+        resolved = resolved or yaml.safe_load(out)
+    return resolved
+
+
+def _print_config(options: list[str]) -> tuple[int, str, str]:
+    from ..lightning_cli import ProjectCLI
+
+    out, err = io.StringIO(), io.StringIO()
+    code: Any = 0
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            ProjectCLI(args=["fit", *options, "--print_config"])
+        except SystemExit as exit:
+            code = exit.code
+    if isinstance(code, str):
+        err.write(code)
+        code = 1
+    return int(code or 0), out.getvalue(), err.getvalue()
+
+
+def _last_error(stderr: str) -> str:
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower()]
+    return " ".join((errors or lines or ["no message"])[-3:])
+
+
+def _printer():
+    def say(message: str) -> None:
+        print(f"[sweep] {message}", flush=True)
+
+    return say
+
+
+def _summary(sweep: Any, target: int, say) -> int:
+    import optuna
+
+    study = sweep.study()
+    trials = study.get_trials(deepcopy=False)
+    counts = {
+        state.name.lower(): sum(t.state == state for t in trials)
+        for state in optuna.trial.TrialState
+        if any(t.state == state for t in trials)
+    }
+    finished = sum(t.state.is_finished() for t in trials)
+    say(f"{finished} of {target} trials finished: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    if complete:
+        best = study.best_trial
+        params = ", ".join(f"{k}={v}" for k, v in best.user_attrs.get("overrides", best.params).items())
+        say(f"best: trial {best.number}, {sweep.metric} {best.value:.6g} ({params})")
+    program = PROG.rsplit(" ", 1)[0]
+    say(f"compare: {program} compare {sweep.root} --plot {sweep.root / 'compare.png'}")
+    if finished < target:
+        say("some trials did not finish: rerun the same command to resume them")
+        return 1
+    return 0
