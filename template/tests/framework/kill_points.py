@@ -1,6 +1,7 @@
 # Managed by the template; local edits are merged on update.
-"""The resume tests' helpers: a callback that kills its own process at a chosen point, and
-a toy whose learning-rate schedule reads `trainer.estimated_stepping_batches`.
+"""The resume tests' helpers: a callback that kills its own process at a chosen point, one
+that pauses a run until it is signalled from outside, and a toy whose learning-rate
+schedule reads `trainer.estimated_stepping_batches`.
 
 Killing from inside makes the point exact (a step, a hook, the middle of a checkpoint
 write) where a kill from outside would land wherever the timing put it. SIGKILL is what a
@@ -9,6 +10,8 @@ crash, the OOM killer or `kill -9` does: no handler runs, nothing is flushed.
 
 import os
 import signal
+import time
+from pathlib import Path
 
 import lightning as L
 import torch
@@ -71,3 +74,29 @@ class KillAt(L.Callback):
     def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
         if batch_idx == 1 and not trainer.sanity_checking:
             self._fire(trainer, "validation")
+
+
+class PauseOnce(L.Callback):
+    """At the start of epoch `epoch`, the first run to get there waits to be signalled.
+
+    That run creates `marker` (atomically: of several runs, one pauses), writes its
+    parent's pid into it (the process that started it: a sweep's trial job) and waits:
+    SIGTERM ends the wait (Lightning then stops after the next batch and writes
+    last.ckpt), SIGINT or SIGKILL end the process. Runs that find the marker run on, so a
+    resumed run does not pause again. Epoch 1 starts after epoch 0's checkpoint.
+    """
+
+    def __init__(self, marker: str, epoch: int = 1) -> None:
+        self.marker, self.epoch = Path(marker), epoch
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if trainer.current_epoch != self.epoch:
+            return
+        try:
+            fd = os.open(self.marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return
+        os.write(fd, f"{os.getppid()} {trainer.default_root_dir}".encode())
+        os.close(fd)
+        while not trainer.received_sigterm:
+            time.sleep(0.05)

@@ -43,7 +43,10 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--jobs", type=int, help="trials at once (local: default 1; slurm: array parallelism)"
     )
-    parser.add_argument("--name", help="the sweep's folder under runs/sweeps/ (default: the spec's)")
+    parser.add_argument("--name", help="the study's name (default: the spec's name or file name)")
+    parser.add_argument(
+        "--dir", type=Path, help="the sweep's folder (default: runs/sweeps/<name>)"
+    )
     slurm = parser.add_argument_group("slurm (override the spec's slurm: section)")
     slurm.add_argument("--partition")
     slurm.add_argument("--gpus-per-trial", type=int, dest="gpus_per_node")
@@ -60,9 +63,11 @@ def sweep(argv: Sequence[str]) -> int:
 
 
 def _sweep(args: argparse.Namespace, cli_options: list[str]) -> int:
-    from .launch import run_local, run_slurm
+    from .launch import require_sbatch, run_local, run_slurm
     from .study import Sweep
 
+    if args.launcher == "slurm":
+        require_sbatch()
     spec = load_spec(args.spec, args.name)
     target = args.trials or spec.trials
     if target is None or target < 1:
@@ -82,7 +87,8 @@ def _sweep(args: argparse.Namespace, cli_options: list[str]) -> int:
             "the config (a key your validation_step logs)."
         )
     direction = spec.direction or ("maximize" if section.get("mode") == "max" else "minimize")
-    sweep = Sweep(spec, project_path(SWEEPS_ROOT) / spec.name, metric, direction, fit_options)
+    root = project_path(args.dir) if args.dir else project_path(SWEEPS_ROOT) / spec.name
+    sweep = Sweep(spec, root, metric, direction, fit_options)
     say = _printer()
     say(f"sweep dir {sweep.root}  ({direction} {metric}, {target} trials, {args.launcher})")
     sweep.root.mkdir(parents=True, exist_ok=True)
@@ -140,10 +146,11 @@ def check_fit_options(options: list[str], spec: SweepSpec) -> dict[str, Any]:
         code, out, err = _print_config([*options, *seed, *values])
         if code != 0:
             raise SpecError(
-                f"`fit` refuses the sweep's options with the trial values {' '.join(values)}: "
-                f"{_last_error(err)}. Each key under `space:` in {spec.path} is a `fit` option "
-                f"without its leading `--` (see `{PROG.rsplit(' ', 1)[0]} fit --help`); fix the "
-                "key, its values, or the fit options given to the sweep."
+                f"`fit` refuses the sweep's options with the trial values {' '.join(values)}. "
+                f"Each key under `space:` in {spec.path} is a `fit` option without its "
+                f"leading `--` (see `{PROG.rsplit(' ', 1)[0]} fit --help`); fix the key, its "
+                f"values, or the options given to the sweep (its own flags: `{PROG} --help`; "
+                f"any other goes to every fit). fit says:\n{_fit_error(err)}"
             )
         resolved = resolved or yaml.safe_load(out)
     return resolved
@@ -165,10 +172,11 @@ def _print_config(options: list[str]) -> tuple[int, str, str]:
     return int(code or 0), out.getvalue(), err.getvalue()
 
 
-def _last_error(stderr: str) -> str:
-    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    errors = [line for line in lines if "error" in line.lower()]
-    return " ".join((errors or lines or ["no message"])[-3:])
+def _fit_error(stderr: str) -> str:
+    """The parser's own diagnosis: from its last `error:` line on, without the usage."""
+    lines = stderr.rstrip().splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("error:")]
+    return "\n".join("  " + line for line in lines[starts[-1] if starts else 0 :])
 
 
 def _printer():
@@ -181,7 +189,7 @@ def _printer():
 def _summary(sweep: Any, target: int, say) -> int:
     import optuna
 
-    study = sweep.study()
+    study = sweep.study(sampling=False)
     trials = study.get_trials(deepcopy=False)
     counts = {
         state.name.lower(): sum(t.state == state for t in trials)

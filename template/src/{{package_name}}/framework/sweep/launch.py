@@ -84,7 +84,7 @@ def run_local(sweep: Sweep, target: int, jobs: int, say: Callable[[str], None]) 
         while (job := next_job()) is not None:
             job.stop, job.say, job.env = stop, say, _slot_environment(slot, jobs)
             try:
-                _report(sweep, study, job, job.run(study), say)
+                _report(sweep, study, job, job.run(), say)
             except BaseException as error:  # a bug, not a trial's failure: stop the sweep
                 errors.append(error)
                 stop.set()
@@ -169,15 +169,19 @@ def slurm_parameters(sweep: Sweep, jobs: int | None, flags: dict[str, Any]) -> d
     return {**parameters, **settings}
 
 
-def run_slurm(
-    sweep: Sweep, target: int, jobs: int | None, flags: dict[str, Any], say: Callable[[str], None]
-) -> int:
-    """Submit the trials as one job array and wait for it; the exit status."""
+def require_sbatch() -> None:
     if shutil.which("sbatch") is None:
         sys.exit(
             "error: --launcher slurm needs SLURM's `sbatch` on PATH: run the sweep on the "
             "cluster's login node, or use --launcher local."
         )
+
+
+def run_slurm(
+    sweep: Sweep, target: int, jobs: int | None, flags: dict[str, Any], say: Callable[[str], None]
+) -> int:
+    """Submit the trials as one job array and wait for it; the exit status."""
+    require_sbatch()
     import submitit
 
     folder = sweep.slurm_folder / "%j"

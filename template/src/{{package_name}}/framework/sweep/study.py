@@ -57,22 +57,26 @@ class Sweep:
         self.root.mkdir(parents=True, exist_ok=True)
         return JournalStorage(JournalFileBackend(str(self.journal)))
 
-    def study(self, storage: Any | None = None) -> Any:
-        """The study, created on first use; a rerun gets the same one back, checked unchanged."""
+    def study(self, sampling: bool = True) -> Any:
+        """The study, created on first use; a rerun gets the same one back, checked unchanged.
+
+        `sampling=False`: for telling results only. Its sampler samples nothing and has no
+        `after_trial` hook: GridSampler's and BruteForceSampler's call `study.stop()`, which
+        Optuna allows only inside `study.optimize`.
+        """
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)  # no line per study load
-        storage = storage or self.storage()
         study = optuna.create_study(
             study_name=self.spec.name,
-            storage=storage,
+            storage=self.storage(),
             direction=self.direction,
-            sampler=make_sampler(self.spec),
+            sampler=make_sampler(self.spec) if sampling else optuna.samplers.RandomSampler(),
             pruner=make_pruner(self.spec.pruner, self.spec.path),
             load_if_exists=True,
         )
         trials = len(study.get_trials(deepcopy=False))
-        if trials and "seed" in self.spec.sampler:
+        if sampling and trials and "seed" in self.spec.sampler:
             # A seeded sampler made again by a rerun would draw its first values again.
             study.sampler = make_sampler(self.spec, seed_offset=trials)
         identity = {**self.spec.identity(), "metric": self.metric}

@@ -110,11 +110,11 @@ class TrialJob(Checkpointable):
         if self._process is not None and self._process.poll() is None:
             self._process.kill()
 
-    def run(self, study: Any | None = None) -> str:
-        """Train the trial (see the module's doc); its outcome. `study`: the caller's."""
+    def run(self) -> str:
+        """Train the trial (see the module's doc); its outcome."""
         import optuna
 
-        study = study or self.sweep.study()
+        study = self.sweep.study(sampling=False)
         storage = self.sweep.storage()  # Optuna's storage API sets attributes of a trial by id
         tid = trial_id(storage, study.study_name, self.number)
         trial = storage.get_trial(tid)
