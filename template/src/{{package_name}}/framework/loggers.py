@@ -38,7 +38,7 @@ class CSVLogger(loggers.CSVLogger):
     @property
     @rank_zero_experiment
     def experiment(self) -> ExperimentWriter:
-        if self._experiment is None:
+        if not isinstance(self._experiment, ContinuingWriter):  # None until the first log
             self._fs.makedirs(self.root_dir, exist_ok=True)
             self._experiment = ContinuingWriter(log_dir=self.log_dir)
         return self._experiment

@@ -55,7 +55,9 @@ def continue_loggers(logger_config: Any, checkpoint_path: Path) -> None:
     if not checkpoint_path.is_file():
         return
     entries = logger_config if isinstance(logger_config, list) else [logger_config]
-    entries = [entry for entry in entries if isinstance(entry, Namespace) and entry.get("init_args")]
+    entries = [
+        entry for entry in entries if isinstance(entry, Namespace) and entry.get("init_args")
+    ]
     if not entries:
         return
     recorded = (open_checkpoint(checkpoint_path).get("provenance") or {}).get("loggers") or {}
@@ -153,7 +155,9 @@ def newest_checkpoint(folder: Path) -> Path | None:
 
 def read_run(folder: Path) -> RunRecord:
     path = newest_checkpoint(folder)
-    checkpoint = {k: v for k, v in open_checkpoint(path).items() if k != "state_dict"} if path else {}
+    checkpoint = (
+        {k: v for k, v in open_checkpoint(path).items() if k != "state_dict"} if path else {}
+    )
     provenance = checkpoint.pop("provenance", None) or {}
     config_text = provenance.get("config") or _saved_config(folder)
     config = yaml.safe_load(config_text) if config_text else {}

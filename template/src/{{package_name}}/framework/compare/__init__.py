@@ -46,8 +46,11 @@ def compare(argv: Sequence[str]) -> int:
     table, monitor, mode = rows(records, base)
     monitors = sorted({str(run.monitor[0]) for run in records})
     if len(monitors) > 1:
-        print(f"note: the runs monitor different metrics ({', '.join(monitors)}); "
-              f"rows are compared by {monitor}", file=sys.stderr)
+        print(
+            f"note: the runs monitor different metrics ({', '.join(monitors)}); "
+            f"rows are compared by {monitor}",
+            file=sys.stderr,
+        )
     print(render(table, monitor, mode, args.format), end="")
     if args.plot:
         from .plot import write_plot

@@ -57,8 +57,13 @@ def _curves(axis, table: list[Row], monitor: str | None, mode: str) -> list[str]
             axis.plot(steps, values, color=color, marker="o" if len(steps) < 20 else None, ms=3)
             name = row.label if row.n == 1 else f"{row.label} ({run.root.name})"
             axis.annotate(
-                name, (steps[-1], values[-1]), xytext=(4, 0), textcoords="offset points",
-                color=color, fontsize=8, va="center",
+                name,
+                (steps[-1], values[-1]),
+                xytext=(4, 0),
+                textcoords="offset points",
+                color=color,
+                fontsize=8,
+                va="center",
             )
     axis.set_xlabel("step")
     axis.set_ylabel(monitor or "metric")
@@ -84,8 +89,12 @@ def _against(axis, table: list[Row], key: str, monitor: str | None, mode: str) -
         color = colors[table.index(row)]
         mean = statistics.fmean(row.best)
         error = statistics.stdev(row.best) if len(row.best) > 1 else None
-        axis.errorbar([x], [mean], yerr=None if error is None else [error], fmt="o", color=color, capsize=3)
-        axis.annotate(row.label, (x, mean), xytext=(4, 3), textcoords="offset points", color=color, fontsize=8)
+        axis.errorbar(
+            [x], [mean], yerr=None if error is None else [error], fmt="o", color=color, capsize=3
+        )
+        axis.annotate(
+            row.label, (x, mean), xytext=(4, 3), textcoords="offset points", color=color, fontsize=8
+        )
     if numeric and xs and min(xs) > 0 and max(xs) / min(xs) >= 100:
         axis.set_xscale("log")
     axis.set_xlabel(key)

@@ -69,7 +69,10 @@ def flat_config(record: RunRecord) -> dict[str, str]:
                 value = [
                     item
                     for item in value
-                    if not (isinstance(item, dict) and str(item.get("class_path", "")).endswith(SWEEP_CALLBACK))
+                    if not (
+                        isinstance(item, dict)
+                        and str(item.get("class_path", "")).endswith(SWEEP_CALLBACK)
+                    )
                 ]
             text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
             if prefix not in NOT_SETTINGS and root not in text:
@@ -107,7 +110,13 @@ def rows(records: list[RunRecord], base: Path) -> tuple[list[Row], str | None, s
             )
         )
     sign = 1 if mode == "min" else -1
-    table.sort(key=lambda row: (not row.best, sign * statistics.fmean(row.best) if row.best else 0, row.label))
+    table.sort(
+        key=lambda row: (
+            not row.best,
+            sign * statistics.fmean(row.best) if row.best else 0,
+            row.label,
+        )
+    )
     return table, monitor, mode
 
 
@@ -159,7 +168,16 @@ def render(table: list[Row], monitor: str | None, mode: str, style: str) -> str:
             numbers = [best, best_std, final, final_std, row.steps, row.wall_seconds]
             writer.writerow([*values, *("" if v is None else v for v in numbers), row.commit])
         return out.getvalue()
-    header = ["run", *(["n"] if grouped else []), *keys, f"best {metric}", "final", "steps", "wall", "commit"]
+    header = [
+        "run",
+        *(["n"] if grouped else []),
+        *keys,
+        f"best {metric}",
+        "final",
+        "steps",
+        "wall",
+        "commit",
+    ]
     lines = [
         [
             row.label,
@@ -174,15 +192,20 @@ def render(table: list[Row], monitor: str | None, mode: str, style: str) -> str:
         for row in table
     ]
     if style == "markdown":
-        return "\n".join(
-            "| " + " | ".join(cells) + " |"
-            for cells in [header, ["---"] * len(header), *lines]
-        ) + "\n"
+        return (
+            "\n".join(
+                "| " + " | ".join(cells) + " |" for cells in [header, ["---"] * len(header), *lines]
+            )
+            + "\n"
+        )
     widths = [max(len(cells[i]) for cells in [header, *lines]) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()
-        for cells in [header, *lines]
-    ) + "\n"
+    return (
+        "\n".join(
+            "  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True)).rstrip()
+            for cells in [header, *lines]
+        )
+        + "\n"
+    )
 
 
 def _shown(values: list[float]) -> str:

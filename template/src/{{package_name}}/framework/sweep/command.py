@@ -44,9 +44,7 @@ def parser() -> argparse.ArgumentParser:
         "--jobs", type=int, help="trials at once (local: default 1; slurm: array parallelism)"
     )
     parser.add_argument("--name", help="the study's name (default: the spec's name or file name)")
-    parser.add_argument(
-        "--dir", type=Path, help="the sweep's folder (default: runs/sweeps/<name>)"
-    )
+    parser.add_argument("--dir", type=Path, help="the sweep's folder (default: runs/sweeps/<name>)")
     slurm = parser.add_argument_group("slurm (override the spec's slurm: section)")
     slurm.add_argument("--partition")
     slurm.add_argument("--gpus-per-trial", type=int, dest="gpus_per_node")
@@ -106,7 +104,9 @@ def _sweep(args: argparse.Namespace, cli_options: list[str]) -> int:
     try:
         if args.launcher == "slurm":
             flags = {"partition": args.partition, "gpus_per_node": args.gpus_per_node}
-            status = run_slurm(sweep, target, args.jobs, {**flags, "timeout_min": args.timeout_min}, say)
+            status = run_slurm(
+                sweep, target, args.jobs, {**flags, "timeout_min": args.timeout_min}, say
+            )
         else:
             status = run_local(sweep, target, args.jobs or 1, say)
         return _summary(sweep, target, say) if status == 0 else status
@@ -135,9 +135,7 @@ def check_fit_options(options: list[str], spec: SweepSpec) -> dict[str, Any]:
     """
     first = {key: param.corners()[0] for key, param in spec.space.items()}
     points = [first] + [
-        {**first, key: value}
-        for key, param in spec.space.items()
-        for value in param.corners()[1:]
+        {**first, key: value} for key, param in spec.space.items() for value in param.corners()[1:]
     ]
     seed = [f"--seed_everything={spec.seeds[0]}"] if spec.seeds else []
     resolved: dict[str, Any] = {}
@@ -197,11 +195,16 @@ def _summary(sweep: Any, target: int, say) -> int:
         if any(t.state == state for t in trials)
     }
     finished = sum(t.state.is_finished() for t in trials)
-    say(f"{finished} of {target} trials finished: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    say(
+        f"{finished} of {target} trials finished: "
+        + ", ".join(f"{n} {s}" for s, n in counts.items())
+    )
     complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
     if complete:
         best = study.best_trial
-        params = ", ".join(f"{k}={v}" for k, v in best.user_attrs.get("overrides", best.params).items())
+        params = ", ".join(
+            f"{k}={v}" for k, v in best.user_attrs.get("overrides", best.params).items()
+        )
         say(f"best: trial {best.number}, {sweep.metric} {best.value:.6g} ({params})")
     program = PROG.rsplit(" ", 1)[0]
     say(f"compare: {program} compare {sweep.root} --plot {sweep.root / 'compare.png'}")

@@ -59,7 +59,9 @@ def run_local(sweep: Sweep, target: int, jobs: int, say: Callable[[str], None]) 
     study, running, new = plan(sweep, target)
     queue = deque(TrialJob(sweep, t.number) for t in running)
     if running:
-        say(f"resuming {len(running)} unfinished trial(s): {', '.join(str(t.number) for t in running)}")
+        say(
+            f"resuming {len(running)} unfinished trial(s): {', '.join(str(t.number) for t in running)}"
+        )
     stop, lock = threading.Event(), threading.Lock()
     active: set[TrialJob] = set()
     errors: list[BaseException] = []
@@ -137,7 +139,9 @@ def _slot_environment(slot: int, jobs: int) -> dict[str, str]:
     return {"OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // jobs))}
 
 
-def _report(sweep: Sweep, study: Any, job: TrialJob, outcome: str, say: Callable[[str], None]) -> None:
+def _report(
+    sweep: Sweep, study: Any, job: TrialJob, outcome: str, say: Callable[[str], None]
+) -> None:
     if outcome == "interrupted":
         return
     trial = study.get_trials(deepcopy=False)[job.number]
@@ -186,12 +190,16 @@ def run_slurm(
 
     folder = sweep.slurm_folder / "%j"
     study, running, new = plan(sweep, target)
-    alive, orphans = [], []
+    alive: list[str] = []  # job ids still on the cluster
+    orphans: list[int] = []  # trials whose job is gone
     for trial in running:
         job_id = trial.user_attrs.get("slurm_job")
         state = submitit.SlurmJob(folder, job_id).state if job_id else "NONE"
-        (alive if state in SLURM_ALIVE else orphans).append(job_id if state in SLURM_ALIVE else trial.number)
-    waiting = [submitit.SlurmJob(folder, job_id) for job_id in alive]
+        if state in SLURM_ALIVE:
+            alive.append(job_id)
+        else:
+            orphans.append(trial.number)
+    waiting: list[Any] = [submitit.SlurmJob(folder, job_id) for job_id in alive]
     if alive:
         say(f"waiting for {len(alive)} trial job(s) still on the cluster: {', '.join(alive)}")
     # An array's trials are all sampled now, before any of them ran: the sampler learns
@@ -205,7 +213,9 @@ def run_slurm(
             submitted = [executor.submit(TrialJob(sweep, number)) for number in numbers]
         storage = sweep.storage()
         for number, job in zip(numbers, submitted, strict=True):
-            storage.set_trial_user_attr(trial_id(storage, sweep.spec.name, number), "slurm_job", job.job_id)
+            storage.set_trial_user_attr(
+                trial_id(storage, sweep.spec.name, number), "slurm_job", job.job_id
+            )
         resumed = f" ({len(orphans)} resumed)" if orphans else ""
         say(
             f"submitted {len(numbers)} trial job(s){resumed}: array {submitted[0].job_id.split('_')[0]}, "
@@ -225,5 +235,7 @@ def run_slurm(
             job.result()
         except Exception as error:  # submitit re-raises what ended the job, of any type
             reason = (str(error).strip().splitlines() or [type(error).__name__])[-1]
-            say(f"job {job.job_id} ended without finishing its trial ({reason}); log: {job.paths.stderr}")
+            say(
+                f"job {job.job_id} ended without finishing its trial ({reason}); log: {job.paths.stderr}"
+            )
     return 0

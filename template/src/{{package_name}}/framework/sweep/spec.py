@@ -36,7 +36,7 @@ KEYS = {
 }
 DIRECTIONS = {"minimize": "minimize", "min": "minimize", "maximize": "maximize", "max": "maximize"}
 # The SLURM settings a spec may give: submitit's names (SlurmExecutor.update_parameters).
-SLURM_KEYS = {
+SLURM_KEYS: dict[str, type | tuple[type, ...]] = {
     "partition": str,
     "gpus_per_node": int,
     "cpus_per_task": int,
@@ -62,8 +62,8 @@ class Param:
 
     key: str
     kind: str  # float | int | categorical
-    low: float | None = None
-    high: float | None = None
+    low: float = 0.0
+    high: float = 0.0
     log: bool = False
     step: float | None = None
     choices: tuple = ()
@@ -73,10 +73,15 @@ class Param:
         from optuna import distributions
 
         if self.kind == "float":
-            return distributions.FloatDistribution(self.low, self.high, log=self.log, step=self.step)  # type: ignore[arg-type]
+            return distributions.FloatDistribution(
+                self.low, self.high, log=self.log, step=self.step
+            )
         if self.kind == "int":
             return distributions.IntDistribution(
-                int(self.low), int(self.high), log=self.log, step=int(self.step or 1)  # type: ignore[arg-type]
+                int(self.low),
+                int(self.high),
+                log=self.log,
+                step=int(self.step or 1),
             )
         return distributions.CategoricalDistribution(self.choices)
 
@@ -155,7 +160,9 @@ def load_spec(path: Path, name: str | None = None) -> SweepSpec:
             "letters, digits, dots, dashes and underscores only."
         )
     trials = data.get("trials")
-    if trials is not None and (not isinstance(trials, int) or isinstance(trials, bool) or trials < 1):
+    if trials is not None and (
+        not isinstance(trials, int) or isinstance(trials, bool) or trials < 1
+    ):
         raise SpecError(f"{where}: `trials: {trials}` must be a whole number of at least 1.")
     metric = data.get("metric")
     if metric is not None and not isinstance(metric, str):
@@ -223,7 +230,9 @@ def _space(space: Any, where: str) -> dict[str, Param]:
             f"{where}: `space:` must map `fit` options (without the leading --) to their "
             f"range, e.g. `{example}`."
         )
-    return {str(key): _param(str(key), value, f"{where}: space.{key}") for key, value in space.items()}
+    return {
+        str(key): _param(str(key), value, f"{where}: space.{key}") for key, value in space.items()
+    }
 
 
 def _param(key: str, value: Any, where: str) -> Param:
@@ -250,7 +259,9 @@ def _param(key: str, value: Any, where: str) -> Param:
         return Param(key, kind, choices=stored, as_json=as_json)
     extra = sorted(set(value) - {"type", "low", "high", "log", "step"})
     if extra:
-        raise SpecError(f"{where}: unknown setting(s) {', '.join(extra)}; use low, high, log, step.")
+        raise SpecError(
+            f"{where}: unknown setting(s) {', '.join(extra)}; use low, high, log, step."
+        )
     number = int if kind == "int" else (int, float)
     low, high = value.get("low"), value.get("high")
     log, step = value.get("log", False), value.get("step")
@@ -259,6 +270,7 @@ def _param(key: str, value: Any, where: str) -> Param:
             f"{where}: `low` and `high` must both be {'whole numbers' if kind == 'int' else 'numbers'} "
             f"(got {low!r}, {high!r}); YAML reads 1e-4 as text, write 1.0e-4."
         )
+    low, high = float(value["low"]), float(value["high"])  # an int parameter's are whole
     if not low < high:
         raise SpecError(f"{where}: `low` ({low}) must be below `high` ({high}).")
     if not isinstance(log, bool):
@@ -300,7 +312,9 @@ def _slurm(slurm: Any, where: str) -> dict[str, Any]:
     return dict(slurm)
 
 
-def _build(module: Any, what: str, config: dict[str, Any], path: Path, spec: SweepSpec | None) -> Any:
+def _build(
+    module: Any, what: str, config: dict[str, Any], path: Path, spec: SweepSpec | None
+) -> Any:
     name, kwargs = config["name"], {k: v for k, v in config.items() if k != "name"}
     cls = getattr(module, name, None)
     if not inspect.isclass(cls) or name.startswith("_"):

@@ -70,7 +70,7 @@ class Sweep:
         study = optuna.create_study(
             study_name=self.spec.name,
             storage=self.storage(),
-            direction=self.direction,
+            direction=optuna.study.StudyDirection[self.direction.upper()],
             sampler=make_sampler(self.spec) if sampling else optuna.samplers.RandomSampler(),
             pruner=make_pruner(self.spec.pruner, self.spec.path),
             load_if_exists=True,
@@ -84,7 +84,9 @@ class Sweep:
         if stored is None:
             study.set_user_attr("identity", json.loads(json.dumps(identity)))
         elif stored != json.loads(json.dumps(identity)):
-            changed = sorted(key for key in identity if stored.get(key) != json.loads(json.dumps(identity[key])))
+            changed = sorted(
+                key for key in identity if stored.get(key) != json.loads(json.dumps(identity[key]))
+            )
             raise SpecError(
                 f"the sweep in {self.root} was started with another {', '.join(changed)} "
                 f"(was: {', '.join(str(stored.get(k)) for k in changed)}). Its trials are only "

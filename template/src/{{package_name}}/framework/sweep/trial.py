@@ -132,7 +132,9 @@ class TrialJob(Checkpointable):
                 return INTERRUPTED
             root = self.sweep.trial_root(self.number, seed)
             if outcome != COMPLETE:
-                return self._fail(study, storage, tid, f"its fit exited with an error: see {root / 'fit.log'}")
+                return self._fail(
+                    study, storage, tid, f"its fit exited with an error: see {root / 'fit.log'}"
+                )
             if storage.get_trial(tid).user_attrs.get(PRUNED_AT) is not None:
                 study.tell(self.number, state=optuna.trial.TrialState.PRUNED)
                 return PRUNED
