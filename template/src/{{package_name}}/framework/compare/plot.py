@@ -4,7 +4,7 @@
 The first panel draws every run's monitored metric (from its CSV logger's metrics.csv)
 against the training step, each line labelled at its end with the run's name. For runs
 that differ in their settings (a sweep), one more panel per differing key plots the best
-value against that key's value (log scale for positive numbers spanning two decades or
+value against that key's value (log scale for positive numbers spanning a decade or
 more, categories as ticks), each point labelled with its row's name; rows over several
 seeds show their mean with a bar of one standard deviation. matplotlib draws with its
 Agg backend: no display needed.
@@ -95,7 +95,7 @@ def _against(axis, table: list[Row], key: str, monitor: str | None, mode: str) -
         axis.annotate(
             row.label, (x, mean), xytext=(4, 3), textcoords="offset points", color=color, fontsize=8
         )
-    if numeric and xs and min(xs) > 0 and max(xs) / min(xs) >= 100:
+    if numeric and xs and min(xs) > 0 and max(xs) / min(xs) >= 10:
         axis.set_xscale("log")
     axis.set_xlabel(key)
     axis.set_ylabel(f"best {monitor}")
