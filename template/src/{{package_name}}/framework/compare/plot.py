@@ -84,6 +84,7 @@ def _against(axis, table: list[Row], key: str, monitor: str | None, mode: str) -
         categories = sorted(set(texts))
         xs = [float(categories.index(text)) for text in texts]
         axis.set_xticks(range(len(categories)), categories, rotation=20, fontsize=8)
+        axis.set_xlim(-0.5, len(categories) - 0.3)  # room for the last point's label
     colors = _colors(len(table))
     for row, x in zip(rows, xs, strict=True):
         color = colors[table.index(row)]

@@ -163,6 +163,7 @@ class TrialJob(Checkpointable):
             "-m",
             PACKAGE,
             "fit",
+            "--trainer.enable_progress_bar=false",  # the log is a file: no bar redrawn in it
             *self.sweep.fit_options,
             *self.sweep.fit_args(params),
             f"--trainer.default_root_dir={root}",
