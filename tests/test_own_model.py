@@ -24,6 +24,15 @@ OWN = Path(__file__).parent / "own_project"
 PACKAGE = "own_model_probe"
 EXAMPLE = ("src/{package}/model.py", "src/{package}/nets.py", "src/{package}/data.py")
 EXAMPLE_TESTS = ("tests/test_data.py", "tests/test_model.py", "tests/test_accuracy.py")
+# The user's own sweep spec, in place of the example's (the project's tests parse it).
+SWEEP_SPEC = """\
+trials: 2                      # finished trials
+space:                         # the tagger's own keys
+  model.lr: {type: float, low: 1.0e-4, high: 1.0e-2, log: true}   # learning rate
+  model.width: {type: categorical, choices: [16, 32]}             # embedding width
+sampler: {name: RandomSampler, seed: 0}   # no model of the results: two trials
+pruner: null                   # each trial trains its budget
+"""
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +42,9 @@ def project(template, tmp_path_factory):
     )
     for name in (*EXAMPLE, *EXAMPLE_TESTS):
         (project / name.format(package=PACKAGE)).unlink()
+    for spec in (project / "configs" / "sweeps").glob("*.yaml"):  # they search the example
+        spec.unlink()
+    (project / "configs" / "sweeps" / "mine.yaml").write_text(SWEEP_SPEC)
     for source, target in (
         ("tagger.py", f"src/{PACKAGE}/tagger.py"),
         ("tagger_tests.py", "tests/test_tagger.py"),
@@ -95,6 +107,18 @@ def test_every_readme_command_works_on_the_users_own_model(project, tmp_path):
     assert {p.suffix for p in exported.iterdir()} >= {".onnx", ".safetensors"}
     assert "identical" in ok(command(project, "verify-determinism", "--steps", "4"))
     ok(command(project, "fit", "--print_config"))
+    swept = ok(
+        command(
+            project,
+            "sweep",
+            "configs/sweeps/mine.yaml",
+            "--trainer.max_epochs=1",
+            f"--dir={tmp_path / 'sweep'}",
+        )
+    )
+    assert "2 of 2 trials finished: 2 complete" in swept
+    table = ok(command(project, "compare", str(tmp_path / "sweep")))
+    assert "trial-0000" in table and "trial-0001" in table and "val_ce" in table
 
 
 @pytest.mark.slow
