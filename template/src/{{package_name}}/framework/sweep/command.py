@@ -2,19 +2,17 @@
 """`sweep SPEC.yaml [--trials N] [--launcher local|slurm] [--jobs K] [fit options]`.
 
 Everything is checked before the first trial starts: the spec (spec.py), the fit options
-and every edge of the search space, parsed by `fit` itself (`--print_config`: nothing is
-built), and, on a rerun, that the spec still describes the sweep in the folder.
+and every edge of the search space, parsed as `fit` parses them (nothing is built), and,
+on a rerun, that the spec still describes the sweep in the folder.
 """
 
 import argparse
 import io
 import sys
 from collections.abc import Sequence
-from contextlib import redirect_stderr, redirect_stdout
+from contextlib import redirect_stderr
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from ..paths import project_path
 from .spec import SpecError, SweepSpec, fit_value, load_spec
@@ -129,8 +127,8 @@ def _check_own_options(options: list[str], spec: SweepSpec) -> None:
 def check_fit_options(options: list[str], spec: SweepSpec) -> dict[str, Any]:
     """Parse `fit` with the options at every edge of the space; the resolved config.
 
-    Each parse is `fit --print_config`: jsonargparse checks names and types against the
-    real signatures and builds nothing. One point sets every parameter to its first edge;
+    Each parse is `fit`'s own (doctor's parse-only CLI): jsonargparse checks names and
+    types against the real signatures, and nothing is built. One point sets every parameter to its first edge;
     then each other edge (the high end, every other choice) is tried alone.
     """
     first = {key: param.corners()[0] for key, param in spec.space.items()}
@@ -141,8 +139,8 @@ def check_fit_options(options: list[str], spec: SweepSpec) -> dict[str, Any]:
     resolved: dict[str, Any] = {}
     for point in points:
         values = [f"--{k}={fit_value(spec.space[k].decode(v))}" for k, v in point.items()]
-        code, out, err = _print_config([*options, *seed, *values])
-        if code != 0:
+        config, err = _parse([*options, *seed, *values])
+        if config is None:
             raise SpecError(
                 f"`fit` refuses the sweep's options with the trial values {' '.join(values)}. "
                 f"Each key under `space:` in {spec.path} is a `fit` option without its "
@@ -150,24 +148,22 @@ def check_fit_options(options: list[str], spec: SweepSpec) -> dict[str, Any]:
                 f"values, or the options given to the sweep (its own flags: `{PROG} --help`; "
                 f"any other goes to every fit). fit says:\n{_fit_error(err)}"
             )
-        resolved = resolved or yaml.safe_load(out)
+        resolved = resolved or config
     return resolved
 
 
-def _print_config(options: list[str]) -> tuple[int, str, str]:
-    from ..lightning_cli import ProjectCLI
+def _parse(options: list[str]) -> tuple[dict[str, Any] | None, str]:
+    """(the resolved config, "") or (None, the parser's error output), as doctor parses."""
+    from ..doctor.command import resolve_config
 
-    out, err = io.StringIO(), io.StringIO()
-    code: Any = 0
-    with redirect_stdout(out), redirect_stderr(err):
+    err = io.StringIO()
+    with redirect_stderr(err):
         try:
-            ProjectCLI(args=["fit", *options, "--print_config"])
+            return resolve_config(options), ""
         except SystemExit as exit:
-            code = exit.code
-    if isinstance(code, str):
-        err.write(code)
-        code = 1
-    return int(code or 0), out.getvalue(), err.getvalue()
+            if isinstance(exit.code, str):  # the CLI's own one-paragraph errors
+                err.write(f"error: {exit.code}")
+    return None, err.getvalue()
 
 
 def _fit_error(stderr: str) -> str:
