@@ -66,16 +66,16 @@ def run_local(sweep: Sweep, target: int, jobs: int, say: Callable[[str], None]) 
     active: set[TrialJob] = set()
     errors: list[BaseException] = []
     stopped_by: list[int] = []
-    to_ask = [new]
 
     def next_job() -> TrialJob | None:
         # New trials are asked only when a slot is free: each is sampled knowing every
         # trial finished before it, from the one study (and sampler) of this process.
+        nonlocal new
         with lock:
             if stop.is_set():
                 return None
-            if not queue and to_ask[0] > 0:
-                to_ask[0] -= 1
+            if not queue and new > 0:
+                new -= 1
                 queue.append(TrialJob(sweep, ask_trial(sweep, study)))
             job = queue.popleft() if queue else None
             if job is not None:

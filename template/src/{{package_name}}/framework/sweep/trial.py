@@ -118,6 +118,9 @@ class TrialJob(Checkpointable):
         storage = self.sweep.storage()  # Optuna's storage API sets attributes of a trial by id
         tid = trial_id(storage, study.study_name, self.number)
         trial = storage.get_trial(tid)
+        if trial.user_attrs.get(PRUNED_AT) is not None:  # pruned, then the sweep died
+            study.tell(self.number, state=optuna.trial.TrialState.PRUNED)
+            return PRUNED
         values: dict[str, float] = dict(trial.user_attrs.get("seed_values", {}))
         for index, seed in enumerate(self.sweep.spec.seeds or [None]):
             if str(seed) in values:
@@ -132,9 +135,8 @@ class TrialJob(Checkpointable):
                 return INTERRUPTED
             root = self.sweep.trial_root(self.number, seed)
             if outcome != COMPLETE:
-                return self._fail(
-                    study, storage, tid, f"its fit exited with an error: see {root / 'fit.log'}"
-                )
+                how = "was interrupted again and again" if outcome == INTERRUPTED else "failed"
+                return self._fail(study, storage, tid, f"its fit {how}: see {root / 'fit.log'}")
             if storage.get_trial(tid).user_attrs.get(PRUNED_AT) is not None:
                 study.tell(self.number, state=optuna.trial.TrialState.PRUNED)
                 return PRUNED
@@ -186,6 +188,8 @@ class TrialJob(Checkpointable):
             command.append(f"--trainer.callbacks+={json.dumps(pruning)}")
         if resume:
             command.append("--ckpt_path=last")
+        if self.stop.is_set():  # the sweep is stopping: start nothing more
+            return INTERRUPTED
         root.mkdir(parents=True, exist_ok=True)
         what = "resuming from last.ckpt" if resume else "started"
         seed_text = "" if seed is None else f" (seed {seed})"
@@ -203,6 +207,8 @@ class TrialJob(Checkpointable):
                 # (its default action); SIGTERM stays, so the fit checkpoints on preemption.
                 preexec_fn=_ignore_usr2 if self._on_slurm else None,
             )
+            if self.stop.is_set():  # stopped while it started: it missed the signal
+                self.terminate()
             while (code := self._process.poll()) is None:
                 time.sleep(0.2)
         fits = storage.get_trial(tid).user_attrs.get("fits", [])
