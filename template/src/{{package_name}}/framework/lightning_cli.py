@@ -20,14 +20,18 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
+from .bad_input import refuse_bad_input
+from .checkpoint_hparams import CheckpointHparams, checkpoint_file
 from .checkpoint_io import AtomicCheckpointIO
 from .finetune import InitFromWeights
 from .inspect_ckpt import check_weights_fit, load_checkpoint
+from .loader_hooks import watch_loaders
 from .monitor import MonitoredMetricCheck
 from .paths import DEFAULT_CONFIG, DEFAULT_RUN_ROOT, RunLayout, project_path, unused_name
 from .precision import trainer_kwargs_for_accelerator
 from .provenance import CheckpointProvenance
 from .resume import InterruptCheckpoint
+from .run_root import claim_for_fit
 
 TRAINER_COMMANDS = ("fit", "validate", "test", "predict")
 PREDICT_LOADERS = ("predict_dataloader", "val_dataloader", "test_dataloader")
@@ -71,6 +75,8 @@ class ProjectCLI(LightningCLI):
       config in its provenance record; a resumed wandb run continues the same run id.
     - `fit --init_from PATH [--freeze NAME ...]` starts from another run's weights.
     """
+
+    _checkpoint_hparams: CheckpointHparams | None = None
 
     def __init__(self, args: list[str] | None = None, **kwargs) -> None:
         if not DEFAULT_CONFIG.is_file():
@@ -142,8 +148,22 @@ class ProjectCLI(LightningCLI):
         _root_loggers(config.trainer.logger, layout.root)
         if config.get("ckpt_path") == "best" and self.config.subcommand != "fit":
             config.ckpt_path = str(_best_checkpoint(layout))
+        refuse_bad_input(self.config.subcommand, config, layout.root)
+        checkpoint = checkpoint_file(config.get("ckpt_path"), layout)
+        if checkpoint:
+            config.ckpt_path = str(checkpoint)
+            self._checkpoint_hparams = CheckpointHparams(
+                self.config.subcommand, config, checkpoint, args
+            )
+        if self.config.subcommand == "fit":
+            claim_for_fit(layout, config.get("ckpt_path"))
         if self.config.subcommand == "fit" and config.get("ckpt_path"):
             _continue_wandb_run(config.trainer.logger, config.ckpt_path, layout)
+
+    def before_instantiate_classes(self) -> None:
+        # LightningCLI has applied the checkpoint's hyperparameters by now.
+        if self._checkpoint_hparams is not None:
+            self._checkpoint_hparams.reconcile(self.config[self.subcommand])
 
     def instantiate_trainer(self, **kwargs) -> Trainer:
         config = self.config_init[self.subcommand]
@@ -166,6 +186,7 @@ class ProjectCLI(LightningCLI):
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()
         if config.get("init_from"):
             callbacks.append(InitFromWeights(project_path(config.init_from), config.freeze))
+        watch_loaders(self.datamodule, self.model)
         return trainer
 
     def _config_yaml(self) -> str:
