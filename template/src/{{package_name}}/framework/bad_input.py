@@ -105,15 +105,17 @@ def check_loader(loader: Any, hook: str) -> None:
     except TypeError:  # an iterable-style dataset: its length is unknown until it runs out
         return
     if batches == 0:
-        dataset = getattr(loader, "dataset", None)
-        samples = _length(dataset)
-        sys.exit(
-            f"error: the training set is empty: train_dataloader() yields 0 batches "
-            f"({samples} samples, batch_size {getattr(loader, 'batch_size', '?')}, drop_last "
-            f"{getattr(loader, 'drop_last', '?')}); a fit would stop at once and save nothing. "
-            "Check the data's path and split sizes (e.g. --data.train_size), or lower "
-            "batch_size / turn drop_last off."
-        )
+        samples = _length(getattr(loader, "dataset", None))
+        refuse_empty_training_set(samples, loader.batch_size, getattr(loader, "drop_last", "?"))
+
+
+def refuse_empty_training_set(samples: object, batch_size: object, drop_last: object) -> None:
+    sys.exit(
+        f"error: the training set is empty: train_dataloader() yields 0 batches ({samples} "
+        f"samples, batch_size {batch_size}, drop_last {drop_last}); a fit would stop at once "
+        "and save nothing. Check the data's path and split sizes (e.g. --data.train_size), "
+        "or lower batch_size / turn drop_last off."
+    )
 
 
 def check_training_length(trainer_config: Any) -> None:

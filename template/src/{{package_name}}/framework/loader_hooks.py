@@ -19,7 +19,7 @@ from typing import Any
 from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
-from .bad_input import check_loader
+from .bad_input import check_loader, refuse_empty_training_set
 from .signals import shield_workers
 
 HOOKS = ("train_dataloader", "val_dataloader", "test_dataloader", "predict_dataloader")
@@ -49,7 +49,14 @@ class Watched:
         self.__wrapped__ = getattr(type(owner), hook)
 
     def __call__(self) -> Any:
-        loaders = self.__wrapped__(self.owner)
+        try:
+            loaders = self.__wrapped__(self.owner)
+        except ValueError as error:
+            # torch's RandomSampler refuses an empty dataset while a shuffled loader is
+            # built, with a traceback; it is the mistake check_loader reports for others.
+            if self.hook == "train_dataloader" and "num_samples=0" in str(error):
+                refuse_empty_training_set(0, "?", "?")
+            raise
         trainer = self.owner.trainer  # set: Lightning calls the hook from a Trainer
         rank = trainer.global_rank if trainer is not None else 0
         for loader in _each(loaders):
