@@ -149,7 +149,9 @@ def _leaves(section: Any, prefix: str = "model") -> dict[str, Any]:
 
 def _changed(before: Any, after: Any) -> list[str]:
     old, new = _leaves(before), _leaves(after)
-    return sorted(key for key in old.keys() | new.keys() if old.get(key, _ABSENT) != new.get(key, _ABSENT))
+    return sorted(
+        key for key in old.keys() | new.keys() if old.get(key, _ABSENT) != new.get(key, _ABSENT)
+    )
 
 
 def _node_path(section: Any, key: str) -> str | None:

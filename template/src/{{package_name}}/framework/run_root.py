@@ -108,7 +108,7 @@ def _read_owner(handle: IO[str]) -> str:
 
 
 def _try_lock(handle: IO[str]) -> bool:
-    if os.name == "nt":  # a lock on the first byte, also released when the process ends
+    if sys.platform == "win32":  # a lock on the first byte, also released when the process ends
         import msvcrt
 
         handle.seek(0)
