@@ -21,6 +21,7 @@ process group, DataLoader workers included. Three things make that a clean stop:
 """
 
 import atexit
+import functools
 import multiprocessing
 import os
 import signal
@@ -28,7 +29,6 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from functools import partial
 from typing import Any
 
 from lightning.fabric.utilities.seed import pl_worker_init_function
@@ -69,13 +69,14 @@ def shield_workers(loader: Any, rank: int) -> None:
         return
     then = loader.worker_init_fn
     if then is None and int(os.environ.get("PL_SEED_WORKERS", 0)):
-        then = partial(pl_worker_init_function, rank=rank)
+        then = functools.partial(pl_worker_init_function, rank=rank)
     loader.worker_init_fn = IgnoreInterrupts(then)
-    if not _exit_hook:
-        _exit_hook.append(atexit.register(_kill_workers_left_at_exit))
+    _kill_workers_left_at_exit_once_registered()
 
 
-_exit_hook: list[Any] = []
+@functools.cache  # registered once, when the first loader is shielded
+def _kill_workers_left_at_exit_once_registered() -> None:
+    atexit.register(_kill_workers_left_at_exit)
 
 
 def _kill_workers_left_at_exit() -> None:
@@ -116,6 +117,12 @@ class _Interrupts:
         self.received = self.received or signum
         trainer_handler = signal.getsignal(signal.SIGTERM)
         if first and callable(trainer_handler) and trainer_handler != self.on_sigterm:
+            # os.write, not print: a handler that prints while the program prints fails.
+            os.write(
+                2,
+                b"\nCtrl-C: stopping after the current batch and saving last.ckpt; "
+                b"press Ctrl-C again to stop at once.\n",
+            )
             trainer_handler(signal.SIGTERM, frame)  # a Trainer runs: stop after this batch
             return
         raise KeyboardInterrupt
@@ -138,8 +145,8 @@ def interrupt_exit_codes() -> Iterator[None]:
     }
     try:
         yield
-    except (SystemExit, KeyboardInterrupt):
-        if interrupts.received is None:
+    except BaseException as stop:
+        if interrupts.received is None or not isinstance(stop, SystemExit | KeyboardInterrupt):
             raise
     finally:
         for signum, handler in previous.items():
