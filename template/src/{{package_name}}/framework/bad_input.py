@@ -9,13 +9,12 @@ names the value, where it came from and the fix.
 
 Checks on the parsed config run before anything is built, for any DataModule whose
 arguments are named `batch_size` / `num_workers`; checks on the loaders run when the
-DataModule builds them (loader_hooks.py), for loaders of any kind.
+DataModule builds them (loader_hooks.py), for loaders of any kind. An unwritable run
+folder is refused by run_root.py.
 """
 
-import errno
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, TypeGuard
 
@@ -25,33 +24,17 @@ from .inspect_ckpt import load_checkpoint
 from .paths import project_path
 
 
-def refuse_bad_input(command: str, config: Any, root: Path) -> None:
-    """Every check of a Trainer command's parsed config, before anything is built or written."""
+def refuse_bad_input(command: str, config: Any) -> None:
+    """Every check of a Trainer command's parsed config, before anything is built or written.
+
+    Checks of the run folder itself (writable, free) come later, in run_root.py: parsing
+    alone (doctor, a sweep's check of its spec) must not claim a folder.
+    """
     check_data_arguments(config.get("data"))
     if command == "fit":
         check_training_length(config.trainer)
         if config.get("init_from"):
             check_weights_file(project_path(config.init_from), "--init_from")
-    check_writable(root)
-
-
-def check_writable(root: Path) -> None:
-    """The run root, or the folder it will be made in, accepts new files (checkpoints, logs).
-
-    Tried by making and removing a folder there, not asked with `os.access`, which says
-    yes to root on a read-only mount point that no one can write.
-    """
-    existing = next(folder for folder in (root, *root.parents) if folder.exists())
-    try:
-        if not existing.is_dir():
-            raise NotADirectoryError(errno.ENOTDIR, "a file is in the way", str(existing))
-        os.rmdir(tempfile.mkdtemp(prefix=".write-test-", dir=existing))
-    except OSError as error:
-        sys.exit(
-            f"error: the run folder {root} cannot be written ({existing}: "
-            f"{error.strerror or error}). A run writes its checkpoints and logs there: choose "
-            "a folder you can write with `--trainer.default_root_dir`, or fix its permissions."
-        )
 
 
 def available_cpus() -> int:

@@ -31,7 +31,7 @@ from .paths import DEFAULT_CONFIG, DEFAULT_RUN_ROOT, RunLayout, project_path, un
 from .precision import trainer_kwargs_for_accelerator
 from .provenance import CheckpointProvenance
 from .resume import InterruptCheckpoint
-from .run_root import claim_for_fit
+from .run_root import claim_run_root
 
 TRAINER_COMMANDS = ("fit", "validate", "test", "predict")
 PREDICT_LOADERS = ("predict_dataloader", "val_dataloader", "test_dataloader")
@@ -148,22 +148,23 @@ class ProjectCLI(LightningCLI):
         _root_loggers(config.trainer.logger, layout.root)
         if config.get("ckpt_path") == "best" and self.config.subcommand != "fit":
             config.ckpt_path = str(_best_checkpoint(layout))
-        refuse_bad_input(self.config.subcommand, config, layout.root)
+        refuse_bad_input(self.config.subcommand, config)
         checkpoint = checkpoint_file(config.get("ckpt_path"), layout)
-        if checkpoint:
+        if checkpoint:  # read (and its classes checked) before LightningCLI reads it
             config.ckpt_path = str(checkpoint)
             self._checkpoint_hparams = CheckpointHparams(
                 self.config.subcommand, config, checkpoint, args
             )
-        if self.config.subcommand == "fit":
-            claim_for_fit(layout, config.get("ckpt_path"))
         if self.config.subcommand == "fit" and config.get("ckpt_path"):
             _continue_wandb_run(config.trainer.logger, config.ckpt_path, layout)
 
     def before_instantiate_classes(self) -> None:
+        config = self.config[self.config.subcommand]
         # LightningCLI has applied the checkpoint's hyperparameters by now.
         if self._checkpoint_hparams is not None:
-            self._checkpoint_hparams.reconcile(self.config[self.subcommand])
+            self._checkpoint_hparams.reconcile(config)
+        layout = RunLayout(config.trainer.default_root_dir)
+        claim_run_root(self.config.subcommand, layout, config.get("ckpt_path"))
 
     def instantiate_trainer(self, **kwargs) -> Trainer:
         config = self.config_init[self.subcommand]

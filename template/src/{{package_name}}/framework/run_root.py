@@ -1,8 +1,9 @@
 # Managed by the template; local edits are merged on update.
 """One run per root: a `fit` never writes over another run's checkpoints.
 
-Before any work, `claim_for_fit` refuses a `fit` whose run root
-(`trainer.default_root_dir`; bad_input.py has already checked it can be written)
+Before any work, `claim_run_root` refuses a Trainer command whose run root
+(`trainer.default_root_dir`) cannot be written (a read-only folder, a file in the way),
+naming the folder, and a `fit` whose run root
 
 - already holds a run (files in `<root>/checkpoints/`) and no `--ckpt_path` is given: a
   new fit there would overwrite `last.ckpt` and the best checkpoints of the earlier run.
@@ -22,10 +23,14 @@ forked by the run share, so after a SIGKILL of the main process alone it stays h
 until those workers notice and exit (up to 5 s); a `lockf` lock belongs to one process.
 `validate`, `test` and `predict` take no lock and may run while a fit trains: they only
 read checkpoints and write files of their own (predictions get a new name each time).
+Parsing a command line alone (doctor, a sweep checking its spec) claims nothing: the CLI
+calls this after parsing, just before it builds the model, data and Trainer.
 """
 
+import errno
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import IO
 
@@ -41,6 +46,32 @@ _held: dict[Path, IO[str]] = {}  # root -> open lock file, for as long as this p
 
 def is_launching_process() -> bool:
     return all(os.environ.get(name, "0") == "0" for name in RANK_VARIABLES)
+
+
+def claim_run_root(command: str, layout: RunLayout, ckpt_path: str | None) -> None:
+    """Before any Trainer command builds anything: its root can be written; a fit's is free."""
+    check_writable(layout.root)
+    if command == "fit":
+        claim_for_fit(layout, ckpt_path)
+
+
+def check_writable(root: Path) -> None:
+    """The run root, or the folder it will be made in, accepts new files (checkpoints, logs).
+
+    Tried by making and removing a folder there, not asked with `os.access`, which says
+    yes to root on a read-only mount point that no one can write.
+    """
+    existing = next(folder for folder in (root, *root.parents) if folder.exists())
+    try:
+        if not existing.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, "a file is in the way", str(existing))
+        os.rmdir(tempfile.mkdtemp(prefix=".write-test-", dir=existing))
+    except OSError as error:
+        sys.exit(
+            f"error: the run folder {root} cannot be written ({existing}: "
+            f"{error.strerror or error}). A run writes its checkpoints and logs there: choose "
+            "a folder you can write with `--trainer.default_root_dir`, or fix its permissions."
+        )
 
 
 def claim_for_fit(layout: RunLayout, ckpt_path: str | None) -> None:
