@@ -57,12 +57,20 @@ class Watched:
             if self.hook == "train_dataloader" and "num_samples=0" in str(error):
                 refuse_empty_training_set(0, "?", "?")
             raise
-        trainer = self.owner.trainer  # set: Lightning calls the hook from a Trainer
-        rank = trainer.global_rank if trainer is not None else 0
+        rank = _global_rank(self.owner)
         for loader in _each(loaders):
             check_loader(loader, self.hook)
             shield_workers(loader, rank)
         return loaders
+
+
+def _global_rank(owner: Any) -> int:
+    """The rank Lightning seeds workers with; 0 when called outside a Trainer (your tests)."""
+    try:
+        trainer = owner.trainer  # a LightningModule without one raises
+    except RuntimeError:
+        return 0
+    return trainer.global_rank if trainer is not None else 0
 
 
 def _each(loaders: Any) -> list[Any]:
