@@ -1,11 +1,14 @@
 # Managed by the template; local edits are merged on update.
-"""The resume tests' helpers: a callback that kills its own process at a chosen point, one
-that pauses a run until it is signalled from outside, and a toy whose learning-rate
-schedule reads `trainer.estimated_stepping_batches`.
+"""The resume and sweep tests' helpers: callbacks that stop a run at a chosen point, and a
+toy whose learning-rate schedule reads `trainer.estimated_stepping_batches`.
 
-Killing from inside makes the point exact (a step, a hook, the middle of a checkpoint
-write) where a kill from outside would land wherever the timing put it. SIGKILL is what a
-crash, the OOM killer or `kill -9` does: no handler runs, nothing is flushed.
+`KillAt` kills its own process there; `PauseOnce` pauses the first of several runs (a
+sweep's trials) until it is signalled; `PauseAt` writes a marker file there and waits for
+the test to send a signal from outside, to the process or to its whole process group (what
+a scheduler or Ctrl-C does: DataLoader workers get it too). Both make the point exact (a
+step, a hook, the middle of a checkpoint write) where a kill timed from outside would land
+wherever the timing put it. SIGKILL is what a crash, the OOM killer or `kill -9` does: no
+handler runs, nothing is flushed.
 """
 
 import os
@@ -100,3 +103,41 @@ class PauseOnce(L.Callback):
         os.close(fd)
         while not trainer.received_sigterm:
             time.sleep(0.05)
+class PauseAt(KillAt):
+    """At `point` when `trainer.global_step == step`: writes `marker`, then waits for a signal.
+
+    SIGKILL ends the process while it waits. After SIGTERM or Ctrl-C (which the framework
+    routes to Lightning's SIGTERM handler) it carries on, and Lightning stops the run after
+    the current batch. At the `save` point it waits inside the checkpoint writer and then
+    finishes the write.
+    """
+
+    WAIT_S = 300  # a test that sends no signal fails here instead of hanging
+
+    def __init__(self, point: str, step: int, marker: str) -> None:
+        super().__init__(point, step)
+        self.marker = Path(marker)
+
+    def _fire(self, trainer: L.Trainer, point: str) -> None:
+        if point == self.point and trainer.global_step == self.step:
+            self._wait(trainer)
+
+    def _wait(self, trainer: L.Trainer) -> None:
+        self.marker.write_text(str(os.getpid()))
+        deadline = time.monotonic() + self.WAIT_S
+        while not trainer.received_sigterm:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"PauseAt: no signal within {self.WAIT_S} s")
+            time.sleep(0.05)
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self.point != "save":
+            return
+        fsync = os.fsync
+
+        def fsync_after_signal(fd: int) -> None:
+            if trainer.global_step == self.step and not trainer.received_sigterm:
+                self._wait(trainer)
+            fsync(fd)
+
+        os.fsync = fsync_after_signal

@@ -18,6 +18,7 @@ from .doctor import main as doctor
 from .export import export
 from .inspect_ckpt import inspect_checkpoint
 from .lightning_cli import TRAINER_COMMANDS, ProjectCLI
+from .signals import interrupt_exit_codes
 from .sweep import sweep
 from .tune import tune
 
@@ -72,7 +73,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.exit(f"error: unknown command {words[0]!r}. Commands: {commands}.")
     # From the shell, LightningCLI reads sys.argv itself: passing it as `args=` too makes
     # Lightning warn on every command that both were given.
-    ProjectCLI(args=None if argv is None else words)
+    with interrupt_exit_codes():  # 143 after SIGTERM, 130 after Ctrl-C (signals.py)
+        ProjectCLI(args=None if argv is None else words)
     _close_process_group()
     return 0
 

@@ -29,15 +29,27 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import yaml
 from lightning.pytorch import LightningDataModule, LightningModule
 
 from .inspect_ckpt import load_checkpoint
-from .paths import project_path
+from .paths import DEFAULT_CONFIG, project_path
+from .trusted_classes import class_paths, refuse_untrusted
 
 
-def rebuild(path: Path, checkpoint: dict) -> tuple[LightningModule, LightningDataModule | None]:
-    """The module (and data module, when recorded) of a CLI-trained checkpoint, with its weights."""
-    for key in ("hyper_parameters", "datamodule_hyper_parameters"):
+def rebuild(
+    path: Path, checkpoint: dict, trusted: Sequence[str] = ()
+) -> tuple[LightningModule, LightningDataModule | None]:
+    """The module (and data module, when recorded) of a CLI-trained checkpoint, with its weights.
+
+    Only classes of the project, of torch/Lightning, named in `configs/default.yaml` or in
+    `trusted` are imported (trusted_classes.py); any other stops the export first.
+    """
+    config = yaml.safe_load(DEFAULT_CONFIG.read_text()) if DEFAULT_CONFIG.is_file() else {}
+    named = [*class_paths(config), *trusted]
+    sections = ("hyper_parameters", "datamodule_hyper_parameters")
+    refuse_untrusted(checkpoint, path, named, "add `--trust CLASS` for each", sections)
+    for key in sections:
         class_path = checkpoint.get(key, {}).get("_class_path")
         if class_path:  # Lightning only builds classes that are already imported
             importlib.import_module(class_path.rsplit(".", 1)[0])
@@ -205,10 +217,17 @@ def export(argv: Sequence[str]) -> int:
     parser.add_argument("checkpoint", type=Path, help="a .ckpt file")
     parser.add_argument("--output", type=Path, help="folder (default: next to the checkpoint)")
     parser.add_argument("--tolerance", type=float, default=1e-4, help="max abs difference")
+    parser.add_argument(
+        "--trust",
+        action="append",
+        default=[],
+        metavar="CLASS",
+        help="a class path the checkpoint names that may be imported (see trusted_classes.py)",
+    )
     args = parser.parse_args(argv)
     path = project_path(args.checkpoint)
     checkpoint = load_checkpoint(path)
-    model, datamodule = rebuild(path, checkpoint)
+    model, datamodule = rebuild(path, checkpoint, args.trust)
     model.eval()
     inputs = sample_inputs(model, datamodule)
     output = args.output or path.parent

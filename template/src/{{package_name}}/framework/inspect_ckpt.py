@@ -9,6 +9,7 @@ the run was started with, as YAML.
 import argparse
 import json
 import sys
+import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,16 +22,28 @@ def load_checkpoint(path: Path) -> dict:
         sys.exit(
             f"error: checkpoint {path} does not exist. Check the path (runs keep them in <root>/checkpoints/)."
         )
+    fix = "use another file, e.g. last.ckpt or an earlier epoch's, from <root>/checkpoints/."
+    if not zipfile.is_zipfile(path):  # what torch.save writes; torch's own error is misleading
+        sys.exit(
+            f"error: {path} is not a checkpoint: it is not the zip archive torch.save writes. "
+            "It may be truncated (an interrupted copy or a full disk) or another format "
+            f"(safetensors, ONNX, a pickle); {fix}"
+        )
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-    except Exception as error:  # torch raises several types for truncated or foreign files
+    except Exception as error:  # torch raises several types for damaged or unsafe files
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
         sys.exit(
-            f"error: {path} is not a readable checkpoint ({type(error).__name__}: {error}). "
-            "It may be truncated (an interrupted copy or a full disk) or not a Lightning/torch "
-            "checkpoint; use another file, e.g. last.ckpt or an earlier epoch's."
+            f"error: {path} is not a readable checkpoint ({type(error).__name__}: {first_line}). "
+            "It may be damaged, or hold objects a weights-only load refuses (it never runs "
+            f"code from a file); {fix}"
         )
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
-        sys.exit(f"error: {path} holds no `state_dict`: it is not a Lightning checkpoint.")
+        sys.exit(
+            f"error: {path} holds no `state_dict`: it is not a Lightning checkpoint (a file "
+            "that `fit` writes to <root>/checkpoints/). For weights saved another way, "
+            "convert them to safetensors and use `fit --init_from FILE.safetensors`."
+        )
     return checkpoint
 
 

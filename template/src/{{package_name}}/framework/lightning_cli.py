@@ -20,15 +20,19 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
+from .bad_input import refuse_bad_input
+from .checkpoint_hparams import CheckpointHparams, checkpoint_file
 from .checkpoint_io import AtomicCheckpointIO
 from .finetune import InitFromWeights
 from .inspect_ckpt import check_weights_fit, load_checkpoint
+from .loader_hooks import watch_loaders
 from .monitor import MonitoredMetricCheck
 from .paths import DEFAULT_CONFIG, DEFAULT_RUN_ROOT, RunLayout, project_path, unused_name
 from .precision import trainer_kwargs_for_accelerator
 from .provenance import CheckpointProvenance
 from .resume import InterruptCheckpoint
 from .run_record import continue_loggers, record_invocation
+from .run_root import claim_run_root
 
 TRAINER_COMMANDS = ("fit", "validate", "test", "predict")
 PREDICT_LOADERS = ("predict_dataloader", "val_dataloader", "test_dataloader")
@@ -72,6 +76,8 @@ class ProjectCLI(LightningCLI):
       config in its provenance record; a resumed wandb run continues the same run id.
     - `fit --init_from PATH [--freeze NAME ...]` starts from another run's weights.
     """
+
+    _checkpoint_hparams: CheckpointHparams | None = None
 
     def __init__(self, args: list[str] | None = None, **kwargs) -> None:
         if not DEFAULT_CONFIG.is_file():
@@ -144,15 +150,29 @@ class ProjectCLI(LightningCLI):
         _root_loggers(config.trainer.logger, layout.root)
         if config.get("ckpt_path") == "best" and self.config.subcommand != "fit":
             config.ckpt_path = str(_best_checkpoint(layout))
+        refuse_bad_input(self.config.subcommand, config)
+        checkpoint = checkpoint_file(config.get("ckpt_path"), layout)
+        if checkpoint:  # read (and its classes checked) before LightningCLI reads it
+            config.ckpt_path = str(checkpoint)
+            self._checkpoint_hparams = CheckpointHparams(
+                self.config.subcommand, config, checkpoint, args
+            )
 
     def before_instantiate_classes(self) -> None:
-        """Record the command in the run root; a resumed fit continues its loggers' versions."""
+        """Reconcile the checkpoint's hyperparameters, claim the run root, record the command.
+
+        In this order, so a refused fit writes nothing, not even `command.txt`; a resumed
+        fit then continues its loggers' versions.
+        """
         config = self.config[self.config.subcommand]
+        # LightningCLI has applied the checkpoint's hyperparameters by now.
+        if self._checkpoint_hparams is not None:
+            self._checkpoint_hparams.reconcile(config)
         layout = RunLayout(config.trainer.default_root_dir)
+        claim_run_root(self.config.subcommand, layout, config.get("ckpt_path"))
         record_invocation(layout.root, [self.config.subcommand, *self._words])
         if self.config.subcommand == "fit" and config.get("ckpt_path"):
-            path = layout.last if config.ckpt_path == "last" else project_path(config.ckpt_path)
-            continue_loggers(config.trainer.logger, path)
+            continue_loggers(config.trainer.logger, project_path(config.ckpt_path))
 
     def instantiate_trainer(self, **kwargs) -> Trainer:
         config = self.config_init[self.subcommand]
@@ -175,6 +195,7 @@ class ProjectCLI(LightningCLI):
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()
         if config.get("init_from"):
             callbacks.append(InitFromWeights(project_path(config.init_from), config.freeze))
+        watch_loaders(self.datamodule, self.model)
         return trainer
 
     def _config_yaml(self) -> str:

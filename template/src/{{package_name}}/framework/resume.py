@@ -20,7 +20,8 @@ loader has `state_dict` / `load_state_dict`. Three pieces close the gap:
   train loaders' states with every checkpoint and puts them back when training resumes.
 - `InterruptCheckpoint`: on SIGTERM (preemption) or Ctrl-C, writes `last.ckpt`, the file
   `--ckpt_path last` resumes from. Lightning stops on SIGTERM after a finished batch, so
-  that checkpoint resumes exactly; Ctrl-C lands wherever the process is.
+  that checkpoint resumes exactly; the CLI handles a first Ctrl-C the same way, and keeps
+  loader workers alive for both (signals.py).
 
 Checkpoints are written every `every_n_train_steps` by the `last.ckpt` ModelCheckpoint of
 `configs/default.yaml` and at each epoch's end, so a kill loses at most the steps since.
@@ -99,6 +100,11 @@ class ResumeState(L.Callback):
         self._trainer = trainer
 
     def state_dict(self) -> dict[str, Any]:
+        if self._to_restore is not None:
+            # Saved between loading a checkpoint and `on_train_start` (a second Ctrl-C while
+            # the resumed run sets up): the loaded states are the run's; the current ones
+            # are not yet.
+            return self._to_restore
         loaders = _stateful(_train_loaders(self._trainer)) if self._trainer else []
         return {"rng": rng_states(), "loaders": [loader.state_dict() for loader in loaders]}
 

@@ -16,6 +16,7 @@ It prints a table and writes a YAML file that `fit --config FILE` takes.
 
 import argparse
 import inspect
+import itertools
 import json
 import sys
 import tempfile
@@ -76,7 +77,7 @@ def tune(argv: Sequence[str]) -> int:
     parser.add_argument("--output", type=Path, default=Path("configs/tuned.yaml"))
     args, fit_options = parser.parse_known_args(argv)
     with tempfile.TemporaryDirectory(prefix="tune-") as scratch:
-        return _tune(args, [*fit_options, *_QUIET, f"--trainer.default_root_dir={scratch}"])
+        return _tune(args, [*fit_options, *_QUIET], Path(scratch))
 
 
 _QUIET = [
@@ -91,11 +92,15 @@ _QUIET = [
 ]
 
 
-def _fit(options: list[str], *callbacks: dict) -> L.Trainer:
-    """One short `fit` with extra callbacks (class_path specs), as the command line gives it."""
+def _fit(options: list[str], root: Path, *callbacks: dict) -> L.Trainer:
+    """One short `fit` with extra callbacks (class_path specs), as the command line gives it.
+
+    Each measurement is a new run, so each gets a root of its own (run_root.py).
+    """
     from .cli import ProjectCLI  # cli.py imports this module
 
-    extra = [f"--trainer.callbacks+={json.dumps(spec)}" for spec in callbacks]
+    extra = [f"--trainer.default_root_dir={root}"]
+    extra += [f"--trainer.callbacks+={json.dumps(spec)}" for spec in callbacks]
     with warnings.catch_warnings():  # "args and sys.argv both given": meant, here
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
         return ProjectCLI(args=["fit", *options, *extra]).trainer
@@ -106,13 +111,14 @@ def _callback(trainer: L.Trainer, kind: type) -> Any:
     return next(callback for callback in callbacks if isinstance(callback, kind))
 
 
-def _timed(options: list[str], steps: int) -> StepTimer:
+def _timed(options: list[str], steps: int, root: Path) -> StepTimer:
     timer = {"class_path": f"{__name__}.StepTimer"}
-    trainer = _fit([*options, f"--trainer.limit_train_batches={WARMUP + steps}"], timer)
+    trainer = _fit([*options, f"--trainer.limit_train_batches={WARMUP + steps}"], root, timer)
     return _callback(trainer, StepTimer)
 
 
-def _tune(args: argparse.Namespace, options: list[str]) -> int:
+def _tune(args: argparse.Namespace, options: list[str], scratch: Path) -> int:
+    roots = (scratch / f"fit-{n}" for n in itertools.count())
     rows: list[tuple[str, str, float, float]] = []  # (setting, value, samples/s, data wait)
 
     def say(message: str) -> None:
@@ -123,7 +129,7 @@ def _tune(args: argparse.Namespace, options: list[str]) -> int:
         "class_path": "lightning.pytorch.callbacks.BatchSizeFinder",
         "init_args": {"mode": "power", "steps_per_trial": 2, "max_trials": args.max_trials},
     }
-    trainer = _fit([*options, "--trainer.limit_train_batches=1"], finder)
+    trainer = _fit([*options, "--trainer.limit_train_batches=1"], next(roots), finder)
     best: dict[str, Any] = {"batch_size": _callback(trainer, BatchSizeFinder).optimal_batch_size}
     device = trainer.strategy.root_device.type
     options = [*options, f"--data.batch_size={best['batch_size']}"]
@@ -135,7 +141,7 @@ def _tune(args: argparse.Namespace, options: list[str]) -> int:
         say(f"2: skipped: {type(datamodule).__name__} takes no `num_workers`")
     for n, value in enumerate(workers, 1):
         say(f"2: num_workers={value} ({n}/{len(workers)}, {args.steps} batches)")
-        timer = _timed([*options, f"--data.num_workers={value}"], args.steps)
+        timer = _timed([*options, f"--data.num_workers={value}"], args.steps, next(roots))
         rows.append(("num_workers", value, timer.samples_per_sec, timer.data_wait))
     if workers:
         best["num_workers"] = _parse(max(rows, key=lambda row: row[2])[1])
@@ -148,7 +154,7 @@ def _tune(args: argparse.Namespace, options: list[str]) -> int:
         variants += [("compile", "off", []), ("compile", "on", [f"--config={compile_preset}"])]
     for n, (setting, value, extra) in enumerate(variants, 1):
         say(f"3: {setting}={value} ({n}/{len(variants)}, {args.steps} batches)")
-        timer = _timed([*extra, *options], args.steps)
+        timer = _timed([*extra, *options], args.steps, next(roots))
         rows.append((setting, value, timer.samples_per_sec, timer.data_wait))
     if precisions:
         best["precision"] = max((r for r in rows if r[0] == "precision"), key=lambda r: r[2])[1]

@@ -1,0 +1,175 @@
+# Managed by the template; local edits are merged on update.
+"""`--ckpt_path FILE`: what the checkpoint's hyperparameters change in the command's config.
+
+LightningCLI rebuilds the model of a checkpoint from the hyperparameters it records: they
+replace the config's `model:` section, command-line flags included, without a word
+(`validate --ckpt_path X` may build another architecture than the config names; `fit
+--ckpt_path X --model.optimizer.lr 0.001` runs with the checkpoint's lr). Here:
+
+- Before LightningCLI reads the file, it is checked (a truncated or foreign file stops
+  with one paragraph) and so are the classes it names (trusted_classes.py).
+- Values from config files yield to the checkpoint's; each one it changed is printed.
+- A value given explicitly on the command line (`--model.<key> VALUE`) that differs from
+  the checkpoint's wins for `validate`, `test` and `predict` (printed too). For `fit` it
+  is refused: a resume restores the optimizer and scheduler state saved with the
+  checkpoint's values, so a new learning rate, say, would silently not take effect. The
+  way to train on from those weights with new settings is a new run (`--init_from`).
+
+`--ckpt_path last` is read the same way (the CLI turns it into `<root>/checkpoints/last.ckpt`).
+"""
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from jsonargparse import Namespace
+from lightning.pytorch.utilities import rank_zero_info
+
+from .inspect_ckpt import load_checkpoint
+from .paths import RunLayout, project_path
+from .trusted_classes import class_paths, refuse_untrusted
+
+_ABSENT = "(not set)"
+LIGHTNING_NAMES = ("best", "hpc", "registry")  # --ckpt_path values Lightning resolves itself
+
+
+def checkpoint_file(ckpt_path: str | None, layout: RunLayout) -> Path | None:
+    """The file a `--ckpt_path` names, None for a name Lightning resolves or a remote path.
+
+    `last` is `<root>/checkpoints/last.ckpt` when it exists (else Lightning warns and
+    starts from scratch); a relative path is relative to the project; a missing file
+    stops here, before any work.
+    """
+    if not ckpt_path or "://" in ckpt_path or ckpt_path.split(":")[0] in LIGHTNING_NAMES:
+        return None
+    if ckpt_path == "last":
+        return layout.last if layout.last.is_file() else None
+    path = project_path(ckpt_path)
+    if not path.exists():
+        sys.exit(
+            f"error: --ckpt_path {ckpt_path}: no such file ({path}). Give a checkpoint file, "
+            "or `last` / `best` for the run in --trainer.default_root_dir."
+        )
+    return path if path.is_file() else None  # a folder: a sharded checkpoint, Lightning's
+
+
+class CheckpointHparams:
+    """The model section before the checkpoint is applied, and the flags the user typed."""
+
+    def __init__(self, command: str, config: Namespace, path: Path, args: Any) -> None:
+        checkpoint = load_checkpoint(path)
+        refuse_untrusted(
+            checkpoint,
+            path,
+            class_paths(config),
+            "name those classes on the command line (e.g. `--model pkg.module.Class`)",
+        )
+        self.command, self.path = command, path
+        self.before_config = Namespace(model=_copy(config.model))
+        self.before = self.before_config.model
+        self.explicit = explicit_model_keys(args if isinstance(args, list) else sys.argv[1:])
+
+    def reconcile(self, config: Namespace) -> None:
+        """After LightningCLI applied the checkpoint: explicit flags win (or, for fit, stop)."""
+        conflicts = [key for key in _changed(self.before, config.model) if self._explicit(key)]
+        if conflicts and self.command == "fit":
+            before, after = _leaves(self.before), _leaves(config.model)
+            listed = "; ".join(
+                f"--{key} {_shown(before, key)} (checkpoint: {_shown(after, key)})"
+                for key in conflicts
+            )
+            sys.exit(
+                f"error: fit --ckpt_path {self.path}: the command line sets {listed}. "
+                "Resuming restores the optimizer and scheduler state saved with the "
+                "checkpoint's values, so new ones would not (or only partly) take effect. To "
+                "continue the run as it was, drop these flags. To train from these weights "
+                f"with new settings, start a new run: `fit --init_from {self.path} "
+                "--trainer.default_root_dir runs/<new name>` with your flags."
+            )
+        kept = []
+        for key in sorted(conflicts, key=len):  # a whole class before its arguments
+            node = _node_path(self.before, key)
+            if node is not None:
+                config[node] = _copy(self.before_config[node])
+                kept.append(key)
+        changed = _changed(self.before, config.model)
+        if changed or kept:
+            before, after = _leaves(self.before), _leaves(config.model)
+            lines = [f"--ckpt_path {self.path}: the model is rebuilt from its hyperparameters."]
+            lines += [
+                f"  {key}: {_shown(before, key)} (config) -> {_shown(after, key)} (checkpoint)"
+                for key in changed
+            ]
+            lines += [f"  {key}: kept from the command line" for key in kept]
+            rank_zero_info("\n".join(lines))
+
+    def _explicit(self, key: str) -> bool:
+        """Typed on the command line: the key itself, or a mapping given for a parent."""
+        parts = key.split(".")
+        prefixes = (".".join(parts[:n]) for n in range(1, len(parts)))
+        return key in self.explicit or any(self.explicit.get(prefix) for prefix in prefixes)
+
+
+def explicit_model_keys(args: Sequence[str]) -> dict[str, bool]:
+    """`--model.<key>` flags typed on the command line -> whether the value is a mapping.
+
+    Keys drop jsonargparse's `init_args` level: `--model.init_args.optimizer.init_args.lr`
+    and `--model.optimizer.lr` are both `model.optimizer.lr`; `--model X` is `model`.
+    """
+    keys: dict[str, bool] = {}
+    for index, token in enumerate(args):
+        if not (token == "--model" or token.startswith(("--model.", "--model="))):
+            continue
+        name, equals, value = token[2:].partition("=")
+        if not equals and index + 1 < len(args):
+            value = args[index + 1]
+        parts = [part for part in name.split(".") if part not in ("init_args", "dict_kwargs")]
+        keys[".".join(parts)] = value.lstrip().startswith("{")
+    return keys
+
+
+def _leaves(section: Any, prefix: str = "model") -> dict[str, Any]:
+    """A model section as flat keys: a class's own key holds its class path."""
+    if isinstance(section, Namespace):
+        section = section.as_dict()
+    if not isinstance(section, dict):
+        return {prefix: section}
+    flat: dict[str, Any] = {}
+    if "class_path" in section:
+        flat[prefix] = section["class_path"]
+        for key in ("init_args", "dict_kwargs"):
+            for name, value in (section.get(key) or {}).items():
+                flat.update(_leaves(value, f"{prefix}.{name}"))
+        return flat
+    for name, value in section.items():
+        flat.update(_leaves(value, f"{prefix}.{name}"))
+    return flat
+
+
+def _changed(before: Any, after: Any) -> list[str]:
+    old, new = _leaves(before), _leaves(after)
+    return sorted(
+        key for key in old.keys() | new.keys() if old.get(key, _ABSENT) != new.get(key, _ABSENT)
+    )
+
+
+def _node_path(section: Any, key: str) -> str | None:
+    """Where `model.<a>.<b>` lives: `model.init_args.a.init_args.b`; None if absent."""
+    node, path = section, ["model"]
+    for part in key.split(".")[1:]:
+        if isinstance(node, Namespace) and "class_path" in node and part not in node:
+            node, path = node.get("init_args"), [*path, "init_args"]
+        if not isinstance(node, Namespace) or part not in node:
+            return None
+        node, path = node[part], [*path, part]
+    return ".".join(path)
+
+
+def _copy(value: Any) -> Any:
+    return value.clone() if isinstance(value, Namespace) else value
+
+
+def _shown(flat: dict[str, Any], key: str) -> str:
+    value = flat.get(key, _ABSENT)
+    return value if isinstance(value, str) else repr(value)
