@@ -103,6 +103,8 @@ class PauseOnce(L.Callback):
         os.close(fd)
         while not trainer.received_sigterm:
             time.sleep(0.05)
+
+
 class PauseAt(KillAt):
     """At `point` when `trainer.global_step == step`: writes `marker`, then waits for a signal.
 
