@@ -150,7 +150,10 @@ class ProjectCLI(LightningCLI):
     def instantiate_trainer(self, **kwargs) -> Trainer:
         config = self.config_init[self.subcommand]
         kwargs.update(trainer_kwargs_for_accelerator({**config.trainer, **kwargs}))
-        configured = [*_listed(config.trainer.callbacks), *_listed(self.trainer_defaults.get("callbacks"))]
+        configured = [
+            *_listed(config.trainer.callbacks),
+            *_listed(self.trainer_defaults.get("callbacks")),
+        ]
         trainer = super().instantiate_trainer(**kwargs)
         # The `checkpoint:` section's callback (the only one with a monitor) first among the
         # ModelCheckpoints, which stay last: it is then `trainer.checkpoint_callback`, whose

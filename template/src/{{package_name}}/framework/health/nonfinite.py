@@ -286,7 +286,9 @@ class _GuardedState:
         for key, tensor in tensors.items():
             kind = (tensor.device, tensor.dtype, tensor.is_contiguous())
             by_kind.setdefault(kind, []).append((key, tensor))
-        groups = [_Group([k for k, _ in items], [t for _, t in items]) for items in by_kind.values()]
+        groups = [
+            _Group([k for k, _ in items], [t for _, t in items]) for items in by_kind.values()
+        ]
         self.here = [g for g in groups if g.tensors[0].device == device]
         self.others = [g for g in groups if g.tensors[0].device != device]
         self.good = [g.gather() if good is None else _assemble(g, good) for g in self.here]
@@ -318,7 +320,9 @@ class _GuardedState:
             pieces |= group.pieces(flat)
         return pieces
 
-    def elsewhere(self, current: list[torch.Tensor] | None = None) -> list[tuple[_Group, torch.Tensor]]:
+    def elsewhere(
+        self, current: list[torch.Tensor] | None = None
+    ) -> list[tuple[_Group, torch.Tensor]]:
         """The groups off the flag's device with their values now (from `current` if given)."""
         if current is None:
             return [(group, group.gather()) for group in self.others]
