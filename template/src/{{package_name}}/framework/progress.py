@@ -16,7 +16,6 @@ The first and the last batch of every loop are always drawn.
 import time
 from typing import Any
 
-import lightning as L
 from lightning.pytorch.callbacks import Callback, ProgressBar, TQDMProgressBar
 
 
@@ -33,63 +32,31 @@ class ThrottledProgressBar(TQDMProgressBar):
         self.min_interval = min_interval
         self._drawn_at = -float("inf")
 
+    # Lightning calls these hooks with (trainer, pl_module, outputs, batch, batch_idx[,
+    # dataloader_idx]); each draws only when due, through TQDMProgressBar's own hook.
+    def on_train_batch_end(self, *args: Any, **kwargs: Any) -> None:
+        if self._due(args[4], self.total_train_batches):
+            super().on_train_batch_end(*args, **kwargs)
+
+    def on_validation_batch_end(self, *args: Any, **kwargs: Any) -> None:
+        if self._due(args[4], self.total_val_batches_current_dataloader):
+            super().on_validation_batch_end(*args, **kwargs)
+
+    def on_test_batch_end(self, *args: Any, **kwargs: Any) -> None:
+        if self._due(args[4], self.total_test_batches_current_dataloader):
+            super().on_test_batch_end(*args, **kwargs)
+
+    def on_predict_batch_end(self, *args: Any, **kwargs: Any) -> None:
+        if self._due(args[4], self.total_predict_batches_current_dataloader):
+            super().on_predict_batch_end(*args, **kwargs)
+
     def _due(self, batch_idx: int, total: float) -> bool:
+        """A loop's first or last batch, or `min_interval` seconds since the last draw."""
         now = time.monotonic()
         if batch_idx == 0 or batch_idx + 1 >= total or now - self._drawn_at >= self.min_interval:
             self._drawn_at = now
             return True
         return False
-
-    def on_train_batch_end(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-    ) -> None:
-        if self._due(batch_idx, self.total_train_batches):
-            super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
-
-    def on_validation_batch_end(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        if self._due(batch_idx, self.total_val_batches_current_dataloader):
-            super().on_validation_batch_end(
-                trainer, pl_module, outputs, batch, batch_idx, dataloader_idx
-            )
-
-    def on_test_batch_end(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        if self._due(batch_idx, self.total_test_batches_current_dataloader):
-            super().on_test_batch_end(trainer, pl_module, outputs, batch, batch_idx, dataloader_idx)
-
-    def on_predict_batch_end(
-        self,
-        trainer: L.Trainer,
-        pl_module: L.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        if self._due(batch_idx, self.total_predict_batches_current_dataloader):
-            super().on_predict_batch_end(
-                trainer, pl_module, outputs, batch, batch_idx, dataloader_idx
-            )
 
 
 def replace_default_progress_bar(callbacks: list[Callback], configured: list[Callback]) -> None:
