@@ -22,8 +22,9 @@ Wall time on a machine shared with other work stays noisy however it is taken, s
 `--instructions` also counts the instructions the main process executes per training
 step in each variant, under valgrind's callgrind: a count that other processes do not
 change. It runs the same three variants once more, in one child process under valgrind
-(`--instructions-steps` steps after `--instructions-warmup`, a few minutes), and prints
-the instruction ratios next to the wall-time ones. Instructions are not time: the
+(`--instructions-steps` steps after `--instructions-warmup`, a few minutes; 10 steps hold
+exactly one of the default config's logging steps), and prints the instruction ratios
+next to the wall-time ones. Instructions are not time: the
 framework's Python bookkeeping takes more time per instruction than the convolutions'
 vector code, so the instruction ratios understate the wall-time ones; they tell whether
 a change added or removed work, steadily.
@@ -32,7 +33,7 @@ Targets (wall time): generated fit / plain Lightning <= 1.03, generated fit / va
 loop <= 1.10.
 
 Usage: python benchmarks/overhead.py [--repeats 7] [--warmup 10] [--steps 50] [--threads 1]
-    [--cpu N] [--instructions [--instructions-warmup 3] [--instructions-steps 5]]
+    [--cpu N] [--instructions [--instructions-warmup 3] [--instructions-steps 10]]
 """
 
 import argparse
@@ -365,7 +366,9 @@ def main(argv: list[str] | None = None) -> int:
         "--instructions", action="store_true", help="also count instructions (callgrind)"
     )
     parser.add_argument("--instructions-warmup", type=int, default=3, help="steps not counted")
-    parser.add_argument("--instructions-steps", type=int, default=5, help="steps counted")
+    parser.add_argument(
+        "--instructions-steps", type=int, default=10, help="steps counted (10: one logging step)"
+    )
     # The child that --instructions runs under valgrind (an installed project's package).
     parser.add_argument("--count-instructions-of", metavar="PACKAGE", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
