@@ -43,7 +43,7 @@ class NonFiniteGuard(Callback):
     GradScaler skipping an fp16 overflow, which is no failure) is checked at its end: its
     loss and the buffers its forward pass changed.
 
-    Cost per check: about ten tensor operations, whatever the number of tensors, because
+    Cost per check: about fifteen tensor operations, whatever the number of tensors, as
     the tensors are handled as a few flat groups (one per device and dtype) rather than
     one by one; one copy of the parameters, optimizer state and buffers is kept. Tensors
     on another device than the module's (Adam's step counters stay on the host when the
