@@ -18,9 +18,22 @@ one thread unless `--threads` says otherwise, and `--cpu N` pins the process to 
 on a shared machine both keep the variants from fighting over cores differently. The load
 average before and after is printed with the figures.
 
-Targets: generated fit / plain Lightning <= 1.03, generated fit / vanilla loop <= 1.10.
+Wall time on a machine shared with other work stays noisy however it is taken, so
+`--instructions` also counts the instructions the main process executes per training
+step in each variant, under valgrind's callgrind: a count that other processes do not
+change. It runs the same three variants once more, in one child process under valgrind
+(`--instructions-steps` steps after `--instructions-warmup`, a few minutes; 10 steps hold
+exactly one of the default config's logging steps), and prints the instruction ratios
+next to the wall-time ones. Instructions are not time: the
+framework's Python bookkeeping takes more time per instruction than the convolutions'
+vector code, so the instruction ratios understate the wall-time ones; they tell whether
+a change added or removed work, steadily.
 
-Usage: python benchmarks/overhead.py [--repeats 7] [--warmup 10] [--steps 50] [--threads 1] [--cpu N]
+Targets (wall time): generated fit / plain Lightning <= 1.03, generated fit / vanilla
+loop <= 1.10.
+
+Usage: python benchmarks/overhead.py [--repeats 7] [--warmup 10] [--steps 50] [--threads 1]
+    [--cpu N] [--instructions [--instructions-warmup 3] [--instructions-steps 10]]
 """
 
 import argparse
@@ -28,7 +41,10 @@ import contextlib
 import importlib
 import itertools
 import os
+import re
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -63,13 +79,45 @@ class Run:
 class StepClock(Callback):
     """Notes the end of every training step and keeps its (detached) loss; syncs nothing."""
 
-    def __init__(self) -> None:
+    def __init__(self, window: "CountWindow | None" = None) -> None:
         self.run = Run([], [])
+        self.window = window
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self.run.step_ends.append(time.perf_counter())
         loss = outputs["loss"] if isinstance(outputs, Mapping) else outputs
         self.run.losses.append(loss.detach())
+        if self.window is not None:
+            self.window.step_ended(len(self.run.step_ends))
+
+
+class CountWindow:
+    """Under callgrind: count the instructions of steps warmup+1 .. warmup+steps only.
+
+    Instrumentation is switched on and off around the window with `callgrind_control`;
+    two libc calls nothing else in the process makes mark its edges for callgrind's
+    `--zero-before` and `--dump-before` (see INSTRUCTION_MARKS), so each window is dumped
+    to a file of its own, in the order the variants run.
+    """
+
+    def __init__(self, warmup: int, steps: int) -> None:
+        self.warmup, self.steps = warmup, steps
+
+    def step_ended(self, done: int) -> None:
+        if done == self.warmup:
+            callgrind_control("-i", "on")
+            os.ctermid()  # --zero-before: the window starts here
+        elif done == self.warmup + self.steps:
+            os.getloadavg()  # --dump-before: the window's count is written here
+            callgrind_control("-i", "off")
+
+
+# libc functions callgrind zeroes and dumps its counters before; never called in a window.
+INSTRUCTION_MARKS = {"zero": "ctermid", "dump": "getloadavg"}
+
+
+def callgrind_control(*args: str) -> None:
+    subprocess.run(["callgrind_control", *args, str(os.getpid())], capture_output=True, check=True)
 
 
 def fit_args(root: Path, steps: int) -> list[str]:
@@ -108,7 +156,9 @@ def optimizer_and_scheduler(configured) -> tuple[torch.optim.Optimizer, object |
     return configured["optimizer"], scheduler["scheduler"] if step_wise else None
 
 
-def vanilla_loop(model: LightningModule, datamodule, steps: int) -> Run:
+def vanilla_loop(
+    model: LightningModule, datamodule, steps: int, window: CountWindow | None = None
+) -> Run:
     """(a): the example's training step written as a plain PyTorch loop."""
     datamodule.prepare_data()
     datamodule.setup("fit")
@@ -138,12 +188,16 @@ def vanilla_loop(model: LightningModule, datamodule, steps: int) -> Run:
             scheduler.step()
         run.step_ends.append(time.perf_counter())
         run.losses.append(loss.detach())
+        if window is not None:
+            window.step_ended(len(run.step_ends))
     return run
 
 
-def plain_lightning(model: LightningModule, datamodule, root: Path, steps: int) -> Run:
+def plain_lightning(
+    model: LightningModule, datamodule, root: Path, steps: int, window: CountWindow | None = None
+) -> Run:
     """(b): a bare Trainer: no logger, no callbacks but the clock, no checkpointing."""
-    clock = StepClock()
+    clock = StepClock(window)
     trainer = Trainer(
         accelerator="cpu",
         devices=1,
@@ -160,9 +214,11 @@ def plain_lightning(model: LightningModule, datamodule, root: Path, steps: int) 
     return clock.run
 
 
-def generated_fit(cli_class: type, root: Path, steps: int) -> tuple[Run, list[str]]:
+def generated_fit(
+    cli_class: type, root: Path, steps: int, window: CountWindow | None = None
+) -> tuple[Run, list[str]]:
     """(c): the generated `fit`, default callbacks and loggers; the clock is appended."""
-    clock = StepClock()
+    clock = StepClock(window)
     cli = cli_class(args=fit_args(root, steps), trainer_defaults={"callbacks": [clock]})
     extras = [type(c).__name__ for c in cli.trainer.callbacks if c is not clock]
     extras += [type(logger).__name__ for logger in cli.trainer.loggers]
@@ -178,6 +234,18 @@ def spread(values: list[float]) -> str:
     return f"{text} ({len(values)} paired repeats)"
 
 
+def run_variant(
+    name: str, cli_class: type, root: Path, steps: int, window: CountWindow | None = None
+) -> tuple[Run, list[str]]:
+    """Variant (a), (b) or (c) for `steps` steps; for (c) also what it ran with."""
+    if name == "a":
+        return vanilla_loop(*build_from_config(cli_class, root, steps), steps, window), []
+    if name == "b":
+        model, datamodule = build_from_config(cli_class, root, steps)
+        return plain_lightning(model, datamodule, root, steps, window), []
+    return generated_fit(cli_class, root, steps, window)
+
+
 def measure(package: str, workdir: Path, args: argparse.Namespace) -> int:
     load_before = os.getloadavg()[0]
     cli_class = importlib.import_module(f"{package}.framework.cli").ProjectCLI
@@ -190,15 +258,11 @@ def measure(package: str, workdir: Path, args: argparse.Namespace) -> int:
         for repeat in range(args.repeats):
             order = "abc"[repeat % 3 :] + "abc"[: repeat % 3]  # rotated: none always first
             for name in order:
-                root = workdir / f"run-{name}{repeat}"
-                if name == "a":
-                    run = vanilla_loop(*build_from_config(cli_class, root, steps), steps)
-                elif name == "b":
-                    model, datamodule = build_from_config(cli_class, root, steps)
-                    run = plain_lightning(model, datamodule, root, steps)
-                else:
-                    run, ran_with = generated_fit(cli_class, root, steps)
+                run, extras = run_variant(name, cli_class, workdir / f"run-{name}{repeat}", steps)
                 runs[name].append(run)
+                ran_with = extras or ran_with
+    load_after = os.getloadavg()[0]
+    instructions = count_instructions(package, workdir, args) if args.instructions else None
 
     per_step = {
         name: [run.ms_per_step(args.warmup) for run in name_runs]
@@ -229,14 +293,63 @@ def measure(package: str, workdir: Path, args: argparse.Namespace) -> int:
         print(f"  {label:<30} {median[name]:8.2f}   (runs: {runs_text})")
     print(f"(c) ran with: {', '.join(ran_with)}")
     print(f"loss max |a - c| over {steps} steps: {max_diff:.1e}")
-    print(f"load average (1 min) before {load_before:.2f}, after {os.getloadavg()[0]:.2f}")
+    print(f"load average (1 min) before {load_before:.2f}, after {load_after:.2f}")
     for against, label in (("b", "c / b (target <= 1.03)"), ("a", "c / a (target <= 1.10)")):
         print(f"ratio {label}: {spread(ratios[against])}")
+    if instructions is not None:
+        print(
+            f"instructions per step (callgrind, main process, {args.instructions_steps} steps "
+            f"after {args.instructions_warmup}): "
+            + ", ".join(f"({name}) {count / 1e6:.1f} M" for name, count in instructions.items())
+        )
+        for against in ("b", "a"):
+            ratio = instructions["c"] / instructions[against]
+            print(f"instruction ratio c / {against}: {ratio:.4f}")
     print(f"template ratio: {statistics.median(ratios['b']):.2f} (generated fit / plain Lightning)")
     print(
         f"overhead ratio: {statistics.median(ratios['a']):.2f} (generated fit / vanilla loop), "
         f"losses equal: {'yes' if equal else 'no'}"
     )
+    return 0
+
+
+def count_instructions(package: str, workdir: Path, args: argparse.Namespace) -> dict[str, float]:
+    """Instructions per step of (a), (b), (c), counted by callgrind in a child process."""
+    out = workdir / "callgrind"
+    out.mkdir()
+    command = [
+        "valgrind", "--tool=callgrind", "--instr-atstart=no", "--quiet",
+        f"--callgrind-out-file={out}/callgrind.%p",
+        f"--zero-before={INSTRUCTION_MARKS['zero']}", f"--dump-before={INSTRUCTION_MARKS['dump']}",
+        sys.executable, __file__, "--count-instructions-of", package,
+        "--warmup", str(args.instructions_warmup), "--steps", str(args.instructions_steps),
+        "--threads", str(args.threads), "--workdir", str(workdir / "instructions"),
+    ]  # fmt: skip
+    child = subprocess.run(command, stdout=sys.stderr, check=False)
+    if child.returncode != 0:
+        sys.exit(f"error: the callgrind run failed (exit {child.returncode}); see above.")
+    # The child's dumps: callgrind.<pid>.<n>, one per window, numbered in the order run.
+    dumps = sorted(
+        (int(m[1]), path)
+        for path in out.iterdir()
+        if (m := re.fullmatch(r"callgrind\.\d+\.(\d+)", path.name))
+        and "--dump-before" in path.read_text(errors="replace")
+    )
+    if len(dumps) != 3:
+        sys.exit(f"error: expected 3 callgrind windows (a, b, c), found {len(dumps)} in {out}.")
+    totals = [int(re.search(r"^summary: (\d+)$", p.read_text(), re.M)[1]) for _, p in dumps]
+    return {
+        name: total / args.instructions_steps for name, total in zip("abc", totals, strict=True)
+    }
+
+
+def count_child(package: str, workdir: Path, warmup: int, steps: int) -> int:
+    """Under callgrind: run (a), (b), (c) once each, counting only their windows."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    cli_class = importlib.import_module(f"{package}.framework.cli").ProjectCLI
+    with contextlib.redirect_stdout(sys.stderr):
+        for name in "abc":
+            run_variant(name, cli_class, workdir / name, warmup + steps, CountWindow(warmup, steps))
     return 0
 
 
@@ -249,11 +362,27 @@ def main(argv: list[str] | None = None) -> int:
         "--threads", type=int, default=1, help="torch CPU threads (1: steadiest when shared)"
     )
     parser.add_argument("--cpu", type=int, help="pin the process to this core (Linux)")
+    parser.add_argument(
+        "--instructions", action="store_true", help="also count instructions (callgrind)"
+    )
+    parser.add_argument("--instructions-warmup", type=int, default=3, help="steps not counted")
+    parser.add_argument(
+        "--instructions-steps", type=int, default=10, help="steps counted (10: one logging step)"
+    )
+    # The child that --instructions runs under valgrind (an installed project's package).
+    parser.add_argument("--count-instructions-of", metavar="PACKAGE", help=argparse.SUPPRESS)
+    parser.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     sys.argv[1:] = []  # LightningCLI(args=...) warns when the process has arguments of its own
     if args.repeats < 1 or args.warmup < 1 or args.steps < 1:
         parser.error("--repeats, --warmup and --steps must be at least 1")
+    if args.instructions_warmup < 1 or args.instructions_steps < 1:
+        parser.error("--instructions-warmup and --instructions-steps must be at least 1")
+    if args.instructions and not (shutil.which("valgrind") and shutil.which("callgrind_control")):
+        parser.error("--instructions needs valgrind (callgrind) on PATH: apt-get install valgrind")
     torch.set_num_threads(args.threads)
+    if args.count_instructions_of:
+        return count_child(args.count_instructions_of, args.workdir, args.warmup, args.steps)
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
     with tempfile.TemporaryDirectory(prefix="overhead-") as tmp:

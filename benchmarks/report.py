@@ -6,12 +6,17 @@ commit next to each benchmark's full output, and checks each figure against its 
 Usage: python benchmarks/report.py [--quick] [--output benchmarks/RESULTS.md]
   --quick   one short repetition of each benchmark: checks that they run; the figures
             of such a run are noise, and the file says so.
+
+A full run also counts instructions per training step under valgrind's callgrind
+(`overhead.py --instructions`, a few minutes more) when valgrind is installed: a figure
+that other work on the machine does not move. Without valgrind those rows say so.
 """
 
 import argparse
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -24,8 +29,9 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 DEFAULT_OUTPUT = HERE / "RESULTS.md"
 # Benchmark -> its arguments in a full run and in a --quick one.
+COUNTS_INSTRUCTIONS = ["--instructions"] if shutil.which("valgrind") else []
 BENCHMARKS = {
-    "overhead": ([], ["--repeats", "1", "--warmup", "2", "--steps", "3"]),
+    "overhead": (COUNTS_INSTRUCTIONS, ["--repeats", "1", "--warmup", "2", "--steps", "3"]),
     "startup": ([], ["--repeats", "1"]),
     "render": ([], ["--repeats", "1"]),
 }
@@ -41,12 +47,13 @@ class Figure:
     pattern: str  # its first group is the value
     target: str
     met: Callable[[str], bool]
+    optional: bool = False  # printed only when measured (instruction counts: valgrind)
 
-    def read(self, output: str) -> str:
+    def read(self, output: str) -> str | None:
         found = re.search(self.pattern, output, re.MULTILINE)
-        if not found:
+        if not found and not self.optional:
             sys.exit(f"error: {self.benchmark}.py printed no {self.label!r} line:\n{output}")
-        return found.group(1)
+        return found.group(1) if found else None
 
 
 FIGURES = (
@@ -63,6 +70,22 @@ FIGURES = (
         r"^overhead ratio: ([0-9.]+) ",
         "<= 1.10",
         lambda value: float(value) <= 1.10,
+    ),
+    Figure(
+        "instruction ratio (generated fit / plain Lightning)",
+        "overhead",
+        r"^instruction ratio c / b: ([0-9.]+)$",
+        "-",
+        lambda value: True,
+        optional=True,
+    ),
+    Figure(
+        "instruction ratio (generated fit / vanilla loop)",
+        "overhead",
+        r"^instruction ratio c / a: ([0-9.]+)$",
+        "-",
+        lambda value: True,
+        optional=True,
     ),
     Figure(
         "losses of (a) and (c) equal to 5 decimals",
@@ -173,6 +196,9 @@ def write_report(output: Path, quick: bool) -> None:
     ]
     for figure in FIGURES:
         value = figure.read(outputs[figure.benchmark])
+        if value is None:
+            lines.append(f"| {figure.label} | not measured (no valgrind, or --quick) | - | - |")
+            continue
         met = "yes" if figure.met(value) else "**no**"
         lines.append(f"| {figure.label} | {value} | {figure.target} | {met} |")
     for name, text in outputs.items():

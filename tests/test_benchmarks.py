@@ -52,6 +52,13 @@ def test_overhead_ends_with_both_ratios_and_equal_losses(results):
         rf"overhead ratio: {NUMBER} \(generated fit / vanilla loop\), losses equal: yes",
         lines[-1],
     )
+    # Each ratio with its spread over the paired repeats, next to the machine's load.
+    for against, target in (("b", "1.03"), ("a", "1.10")):
+        assert any(
+            re.fullmatch(rf"ratio c / {against} \(target <= {target}\): median {NUMBER}.*", line)
+            for line in lines
+        ), against
+    assert any(line.startswith("load average (1 min) before ") for line in lines)
     # What (c) ran with is read from the default config at run time, not a fixed list.
     ran_with = next(line for line in lines if line.startswith("(c) ran with: "))
     assert "ModelCheckpoint" in ran_with
@@ -76,7 +83,12 @@ def test_results_record_the_run_and_check_every_figure(results):
         assert field in results, field
     for package in ("torch", "lightning", "copier"):
         assert re.search(rf"\b{package} [0-9]", results), package
-    rows = re.findall(r"^\| (.+?) \| (.+?) \| (.+?) \| (yes|\*\*no\*\*) \|$", results, re.M)
+    rows = re.findall(r"^\| (.+?) \| (.+?) \| (.+?) \| (yes|\*\*no\*\*|-) \|$", results, re.M)
     assert [row[0].split(" ")[0] for row in rows] == [
-        "template", "overhead", "losses", "startup", "copier", "copier",
+        "template", "overhead", "instruction", "instruction", "losses", "startup", "copier",
+        "copier",
     ]  # fmt: skip
+    # A quick run counts no instructions (minutes under valgrind), and says so.
+    assert [row[1] for row in rows if row[0].startswith("instruction")] == [
+        "not measured (no valgrind, or --quick)"
+    ] * 2

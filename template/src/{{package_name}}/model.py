@@ -69,23 +69,29 @@ class ImageClassifier(L.LightningModule):
         images, labels = batch
         logits = self(images)
         loss = F.cross_entropy(logits, labels)
-        self.train_acc.update(logits, labels)  # accumulate only: logged once per epoch
+        self.train_acc.update(logits, labels)  # accumulated here, logged once per epoch below
         self.log("train/loss", loss)
-        self.log("train/acc", self.train_acc, on_step=False, on_epoch=True)
         return loss
+
+    def on_train_epoch_end(self) -> None:
+        self.log("train/acc", self.train_acc)  # Lightning computes it, then resets it
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         images, labels = batch
         logits = self(images)
-        self.val_acc(logits, labels)
+        self.val_acc.update(logits, labels)
         self.log("val/loss", F.cross_entropy(logits, labels), prog_bar=True, sync_dist=True)
+
+    def on_validation_epoch_end(self) -> None:
         self.log("val/acc", self.val_acc, prog_bar=True)
 
     def test_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
         images, labels = batch
         logits = self(images)
-        self.test_acc(logits, labels)
+        self.test_acc.update(logits, labels)
         self.log("test/loss", F.cross_entropy(logits, labels), sync_dist=True)
+
+    def on_test_epoch_end(self) -> None:
         self.log("test/acc", self.test_acc)
 
     def predict_step(

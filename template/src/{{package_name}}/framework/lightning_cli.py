@@ -29,6 +29,7 @@ from .loader_hooks import watch_loaders
 from .monitor import MonitoredMetricCheck
 from .paths import DEFAULT_CONFIG, DEFAULT_RUN_ROOT, RunLayout, project_path, unused_name
 from .precision import trainer_kwargs_for_accelerator
+from .progress import replace_default_progress_bar
 from .provenance import CheckpointProvenance
 from .resume import InterruptCheckpoint
 from .run_record import continue_loggers, record_invocation
@@ -75,6 +76,7 @@ class ProjectCLI(LightningCLI):
     - Every checkpoint is saved atomically (`AtomicCheckpointIO`) and carries the resolved
       config in its provenance record; a resumed wandb run continues the same run id.
     - `fit --init_from PATH [--freeze NAME ...]` starts from another run's weights.
+    - Lightning's default progress bar is replaced by one redrawn by time (progress.py).
     """
 
     _checkpoint_hparams: CheckpointHparams | None = None
@@ -177,6 +179,10 @@ class ProjectCLI(LightningCLI):
     def instantiate_trainer(self, **kwargs) -> Trainer:
         config = self.config_init[self.subcommand]
         kwargs.update(trainer_kwargs_for_accelerator({**config.trainer, **kwargs}))
+        configured = [
+            *_listed(config.trainer.callbacks),
+            *_listed(self.trainer_defaults.get("callbacks")),
+        ]
         trainer = super().instantiate_trainer(**kwargs)
         # The `checkpoint:` section's callback (the only one with a monitor) first among the
         # ModelCheckpoints, which stay last: it is then `trainer.checkpoint_callback`, whose
@@ -191,6 +197,7 @@ class ProjectCLI(LightningCLI):
             if isinstance(callback, CheckpointProvenance):
                 callback.config_yaml = self._config_yaml()
         callbacks.insert(0, MonitoredMetricCheck(config.checkpoint))
+        replace_default_progress_bar(callbacks, configured)  # one redrawn per batch costs 2%
         if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()
         if config.get("init_from"):
@@ -255,6 +262,11 @@ class ProjectCLI(LightningCLI):
             trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best or None)
         # log_dir is a collective call under DDP: every rank asks, only rank 0 prints.
         _print_summary(trainer, trainer.log_dir)
+
+
+def _listed(value) -> list:
+    """A Trainer `callbacks` value (None, one callback or a list) as a list."""
+    return [] if value is None else list(value) if isinstance(value, list) else [value]
 
 
 def _checkpoint_rank(callback) -> int:

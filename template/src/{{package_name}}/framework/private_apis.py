@@ -16,6 +16,9 @@ training run in some odd way.
 - `DynamoError` (compile.py): the base class of dynamo's errors (graph breaks under
   `fullgraph=True`, unsupported operations, backend failures), so that a compilation
   failure can be told from an error of the model's own code; torch exports none.
+- `copy_each` (health/nonfinite.py): `torch._foreach_copy_`, one call that copies each
+  tensor of a list into its counterpart, as torch's own optimizers do; the public way is a
+  `copy_` per tensor, which costs a call per tensor every step on a small model.
 - `nested_schedulers` (lr_scaling.py): SequentialLR and ChainedScheduler keep their
   children in `_schedulers` only; a child restarts from its own `base_lrs` at a
   milestone, so scaling the learning rate must reach the children.
@@ -23,11 +26,18 @@ training run in some odd way.
 
 from types import CodeType
 
+import torch
 from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 from torch._dynamo.exc import TorchDynamoException as DynamoError
 from torch._dynamo.utils import counters
 
-__all__ = ["DynamoError", "compiled_graph_count", "has_compiled_code", "nested_schedulers"]
+__all__ = [
+    "DynamoError",
+    "compiled_graph_count",
+    "copy_each",
+    "has_compiled_code",
+    "nested_schedulers",
+]
 
 
 def compiled_graph_count() -> int:
@@ -38,6 +48,11 @@ def compiled_graph_count() -> int:
 def has_compiled_code(code: CodeType) -> bool:
     """Whether dynamo's cache holds compiled code for this code object."""
     return bool(_debug_get_cache_entry_list(code))
+
+
+def copy_each(targets: list[torch.Tensor], sources: list[torch.Tensor]) -> None:
+    """`target.copy_(source)` for each pair, in one call."""
+    torch._foreach_copy_(targets, sources)
 
 
 def nested_schedulers(scheduler: object) -> list:
