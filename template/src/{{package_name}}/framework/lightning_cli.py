@@ -165,8 +165,10 @@ class ProjectCLI(LightningCLI):
         In this order, so a refused fit writes nothing, not even `command.txt`; a resumed
         fit then continues its loggers' versions.
         """
-        config = self.config[self.config.subcommand]
         # LightningCLI has applied the checkpoint's hyperparameters by now.
+        if self._checkpoint_hparams is not None:
+            self.config = self._checkpoint_hparams.apply_recorded(self.parser, self.config)
+        config = self.config[self.config.subcommand]
         if self._checkpoint_hparams is not None:
             self._checkpoint_hparams.reconcile(config)
         layout = RunLayout(config.trainer.default_root_dir)
