@@ -24,14 +24,15 @@ OWN = Path(__file__).parent / "own_project"
 PACKAGE = "own_model_probe"
 EXAMPLE = ("src/{package}/model.py", "src/{package}/nets.py", "src/{package}/data.py")
 EXAMPLE_TESTS = ("tests/test_data.py", "tests/test_model.py", "tests/test_accuracy.py")
-# The user's own sweep spec, in place of the example's (the project's tests parse it).
+# The user's own sweep spec, in place of the example's (the project's tests parse it);
+# written as a user writes one, without the shipped specs' comments.
 SWEEP_SPEC = """\
-trials: 2                      # finished trials
-space:                         # the tagger's own keys
-  model.lr: {type: float, low: 1.0e-4, high: 1.0e-2, log: true}   # learning rate
-  model.width: {type: categorical, choices: [16, 32]}             # embedding width
-sampler: {name: RandomSampler, seed: 0}   # no model of the results: two trials
-pruner: null                   # each trial trains its budget
+trials: 2
+space:
+  model.lr: {type: float, low: 1.0e-4, high: 1.0e-2, log: true}
+  model.width: {type: categorical, choices: [16, 32]}
+sampler: {name: RandomSampler, seed: 0}
+pruner: null
 """
 
 

@@ -1,4 +1,5 @@
-"""The presets and launch scripts a copy ships: present, aimed at the package, documented."""
+"""The presets, sweep specs and launch scripts a copy ships: present, aimed at the package,
+documented."""
 
 import os
 
@@ -48,3 +49,16 @@ def test_no_preset_replaces_the_callback_list(rendered):
     for path in (rendered("defaults") / "configs" / "presets").glob("*.yaml"):
         trainer = yaml.safe_load(path.read_text()).get("trainer", {})
         assert "callbacks" not in trainer, f"{path.name} replaces the default callbacks"
+
+
+def test_every_key_of_the_shipped_sweep_specs_carries_a_comment(rendered):
+    # Checked here, on the template's specs; the project's own test only parses the specs,
+    # which are the user's to rewrite, comments or not.
+    specs = sorted((rendered("defaults") / "configs" / "sweeps").glob("*.yaml"))
+    assert specs
+    for spec in specs:
+        text = spec.read_text()
+        space = yaml.safe_load(text)["space"]
+        for key in ["trials", "space", "sampler", "pruner", *space]:
+            (line,) = [line for line in text.splitlines() if line.lstrip().startswith(f"{key}:")]
+            assert "#" in line, f"{spec.name}: `{key}` carries no comment"

@@ -16,6 +16,12 @@ replace the config's `model:` section, command-line flags included, without a wo
   way to train on from those weights with new settings is a new run (`--init_from`).
 
 `--ckpt_path last` is read the same way (the CLI turns it into `<root>/checkpoints/last.ckpt`).
+
+An argument a module keeps out of its hyperparameters (`save_hyperparameters(ignore=
+["net"])`, the usual way with an injected network) is not in them, so LightningCLI would
+build it from the current config, which may name another network than the run trained.
+It is taken from the run's resolved config instead, which every checkpoint the CLI writes
+records (provenance.py); `export` rebuilds from both the same way.
 """
 
 import sys
@@ -23,7 +29,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from jsonargparse import Namespace
+import yaml
+from jsonargparse import ArgumentParser, Namespace
 from lightning.pytorch.utilities import rank_zero_info
 
 from .inspect_ckpt import load_checkpoint
@@ -54,21 +61,65 @@ def checkpoint_file(ckpt_path: str | None, layout: RunLayout) -> Path | None:
     return path if path.is_file() else None  # a folder: a sharded checkpoint, Lightning's
 
 
+# A checkpoint's hyperparameter sections -> the config section each was made from.
+CONFIG_SECTIONS = {"hyper_parameters": "model", "datamodule_hyper_parameters": "data"}
+
+
+def recorded_arguments(checkpoint: dict, key: str = "hyper_parameters") -> dict[str, Any]:
+    """Init arguments of the run's recorded config that the hyperparameters under `key` lack.
+
+    Only for the class those hyperparameters name; {} for a checkpoint written without
+    the CLI (no class path, no recorded config).
+    """
+    hparams = checkpoint.get(key) or {}
+    recorded = (checkpoint.get("provenance") or {}).get("config")
+    if not hparams.get("_class_path") or not isinstance(recorded, str):
+        return {}
+    section = (yaml.safe_load(recorded) or {}).get(CONFIG_SECTIONS[key])
+    if not isinstance(section, dict) or section.get("class_path") != hparams["_class_path"]:
+        return {}
+    init_args = section.get("init_args") or {}
+    return {name: value for name, value in init_args.items() if name not in hparams}
+
+
+def with_recorded_arguments(checkpoint: dict, keys: Sequence[str]) -> dict:
+    """The checkpoint, each hyperparameter section under `keys` completed from its config."""
+    completed = {
+        key: {**checkpoint[key], **recorded_arguments(checkpoint, key)}
+        for key in keys
+        if isinstance(checkpoint.get(key), dict)
+    }
+    return {**checkpoint, **completed}
+
+
 class CheckpointHparams:
     """The model section before the checkpoint is applied, and the flags the user typed."""
 
     def __init__(self, command: str, config: Namespace, path: Path, args: Any) -> None:
         checkpoint = load_checkpoint(path)
         refuse_untrusted(
-            checkpoint,
+            with_recorded_arguments(checkpoint, ["hyper_parameters"]),
             path,
             class_paths(config),
             "name those classes on the command line (e.g. `--model pkg.module.Class`)",
         )
         self.command, self.path = command, path
+        self.recorded = recorded_arguments(checkpoint)
+        self.class_path = (checkpoint.get("hyper_parameters") or {}).get("_class_path")
         self.before_config = Namespace(model=_copy(config.model))
         self.before = self.before_config.model
         self.explicit = explicit_model_keys(args if isinstance(args, list) else sys.argv[1:])
+
+    def apply_recorded(self, parser: ArgumentParser, config: Namespace) -> Namespace:
+        """The full config, with what the hyperparameters lack taken from the recorded config.
+
+        Applied as LightningCLI applies the hyperparameters themselves, so `reconcile`
+        treats both alike: listed, and yielding to flags typed on the command line.
+        """
+        if not self.recorded:
+            return config
+        model = {"class_path": self.class_path, "dict_kwargs": self.recorded}
+        return parser.parse_object({self.command: {"model": model}}, config)
 
     def reconcile(self, config: Namespace) -> None:
         """After LightningCLI applied the checkpoint: explicit flags win (or, for fit, stop)."""

@@ -6,6 +6,7 @@ LightningCLI only knows Trainer methods as subcommands. The project's own tools 
 their own small parsers. `--help` (or no command) lists both kinds, one line each.
 """
 
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -67,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(usage())
         return 0 if words else 2
     if words[0] in TOOLS:
-        return TOOLS[words[0]](words[1:])
+        return _run_tool(TOOLS[words[0]], words[1:])
     if not words[0].startswith("-") and words[0] not in TRAINER_COMMANDS:
         commands = ", ".join([*TRAINER_COMMANDS, *TOOLS])
         sys.exit(f"error: unknown command {words[0]!r}. Commands: {commands}.")
@@ -77,6 +78,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         ProjectCLI(args=None if argv is None else words)
     _close_process_group()
     return 0
+
+
+def _run_tool(tool: Callable[[Sequence[str]], int], args: Sequence[str]) -> int:
+    """A tool, whose output may go to a reader that stops early (`inspect-ckpt X | head`).
+
+    Python ignores SIGPIPE, so writing to a closed pipe raises BrokenPipeError: a
+    traceback, or at exit "Exception ignored ... BrokenPipeError", for output the reader
+    did not want. As Python's documentation advises, stdout then goes to devnull, so the
+    final flush does not fail again; the exit status is a shell's for SIGPIPE, 141.
+    """
+    try:
+        status = tool(args)
+        sys.stdout.flush()  # a closed pipe surfaces here at the latest, not at exit
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + 13  # 13: SIGPIPE's number (signal.SIGPIPE does not exist on Windows)
+    return status
 
 
 def _close_process_group() -> None:

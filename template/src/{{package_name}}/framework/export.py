@@ -2,7 +2,9 @@
 """`export CKPT`: the weights to safetensors and the network to ONNX, both verified.
 
 The model and data module are rebuilt from the classes and hyperparameters the checkpoint
-records (any LightningModule trained through the CLI), and a sample input is run three
+records (any LightningModule trained through the CLI; an argument kept out of the
+hyperparameters, such as an injected `net`, from the run's recorded config), and a
+sample input is run three
 ways: eager, from the reloaded safetensors weights, and through onnxruntime (at the
 sample's batch size and at twice it). The max abs difference of each against eager is
 printed; the command exits non-zero above `--tolerance`.
@@ -32,6 +34,7 @@ import torch
 import yaml
 from lightning.pytorch import LightningDataModule, LightningModule
 
+from .checkpoint_hparams import recorded_arguments, with_recorded_arguments
 from .inspect_ckpt import load_checkpoint
 from .paths import DEFAULT_CONFIG, project_path
 from .trusted_classes import class_paths, refuse_untrusted
@@ -48,15 +51,23 @@ def rebuild(
     config = yaml.safe_load(DEFAULT_CONFIG.read_text()) if DEFAULT_CONFIG.is_file() else {}
     named = [*class_paths(config), *trusted]
     sections = ("hyper_parameters", "datamodule_hyper_parameters")
-    refuse_untrusted(checkpoint, path, named, "add `--trust CLASS` for each", sections)
+    completed = with_recorded_arguments(checkpoint, sections)
+    refuse_untrusted(completed, path, named, "add `--trust CLASS` for each", sections)
     for key in sections:
         class_path = checkpoint.get(key, {}).get("_class_path")
         if class_path:  # Lightning only builds classes that are already imported
             importlib.import_module(class_path.rsplit(".", 1)[0])
-    model = LightningModule.load_from_checkpoint(path, map_location="cpu", weights_only=True)
+    # Arguments kept out of the hyperparameters (an injected `net`) from the recorded config.
+    model = LightningModule.load_from_checkpoint(
+        path, map_location="cpu", weights_only=True, **recorded_arguments(checkpoint)
+    )
     datamodule = None
     if checkpoint.get("datamodule_hyper_parameters", {}).get("_class_path"):
-        datamodule = LightningDataModule.load_from_checkpoint(path, weights_only=True)
+        datamodule = LightningDataModule.load_from_checkpoint(
+            path,
+            weights_only=True,
+            **recorded_arguments(checkpoint, "datamodule_hyper_parameters"),
+        )
     return model, datamodule
 
 

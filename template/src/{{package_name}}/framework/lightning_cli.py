@@ -8,6 +8,7 @@ Only LightningCLI's public hooks are used: `add_arguments_to_parser` (options, l
 """
 
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -166,8 +167,10 @@ class ProjectCLI(LightningCLI):
         In this order, so a refused fit writes nothing, not even `command.txt`; a resumed
         fit then continues its loggers' versions.
         """
-        config = self.config[self.config.subcommand]
         # LightningCLI has applied the checkpoint's hyperparameters by now.
+        if self._checkpoint_hparams is not None:
+            self.config = self._checkpoint_hparams.apply_recorded(self.parser, self.config)
+        config = self.config[self.config.subcommand]
         if self._checkpoint_hparams is not None:
             self._checkpoint_hparams.reconcile(config)
         layout = RunLayout(config.trainer.default_root_dir)
@@ -252,6 +255,7 @@ class ProjectCLI(LightningCLI):
 
     def after_fit(self) -> None:
         trainer, checkpoint = self.trainer, self.trainer.checkpoint_callback
+        tested: list[Mapping[str, float]] = []
         if (
             self.config.fit.test_after_fit
             and is_overridden("test_step", self.model, LightningModule)
@@ -259,9 +263,9 @@ class ProjectCLI(LightningCLI):
             and not trainer.interrupted
         ):
             best = checkpoint.best_model_path if isinstance(checkpoint, ModelCheckpoint) else ""
-            trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best or None)
+            tested = trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best or None)
         # log_dir is a collective call under DDP: every rank asks, only rank 0 prints.
-        _print_summary(trainer, trainer.log_dir)
+        _print_summary(trainer, trainer.log_dir, tested)
 
 
 def _listed(value) -> list:
@@ -300,7 +304,14 @@ def _best_checkpoint(layout: RunLayout) -> Path:
 
 
 @rank_zero_only
-def _print_summary(trainer: Trainer, log_dir: str | None) -> None:
+def _print_summary(
+    trainer: Trainer, log_dir: str | None, tested: list[Mapping[str, float]]
+) -> None:
+    """Where the run is, its best checkpoint and score, and what the test after fit logged.
+
+    `tested` is what `trainer.test` returned (one dict per test loader): every metric the
+    module's test_step logged, whatever its name.
+    """
     checkpoint = trainer.checkpoint_callback
     lines = [f"run root        {trainer.default_root_dir}"]
     if log_dir:
@@ -316,8 +327,7 @@ def _print_summary(trainer: Trainer, log_dir: str | None) -> None:
             lines.append(
                 f"last checkpoint {checkpoint.last_model_path}  (resume: --ckpt_path last)"
             )
-    for name, value in trainer.callback_metrics.items():
-        if name.startswith("test/"):
-            lines.append(f"{name:<15} {value.item():.4f}")
+    for metrics in tested:
+        lines += [f"{name:<15} {value:.4f}" for name, value in metrics.items()]
     width = max(map(len, lines))
     print("\n".join(["", "=" * width, *lines, "=" * width]))

@@ -2,7 +2,7 @@
 """`tune [fit options]`: measure this machine's best settings for the real model and data.
 
 Each measurement is a short `fit` of the configured run (the same options `fit` takes),
-on one device, without loggers or checkpoints in the run root:
+on one device, without loggers or checkpoints in the run root, validating one batch:
 
 1. the largest batch size that fits (Lightning's `BatchSizeFinder`, doubling from 2 until
    out of memory, past the training set, or after `--max-trials` sizes);
@@ -85,7 +85,10 @@ _QUIET = [
     "--trainer.logger=false",
     "--trainer.enable_progress_bar=false",
     "--trainer.enable_model_summary=false",
-    "--trainer.limit_val_batches=0",
+    # One validation batch per measured fit, after the timed batches: a scheduler stepped
+    # on a validation metric (ReduceLROnPlateau) or an EarlyStopping callback stops a fit
+    # whose epoch ends without it.
+    "--trainer.limit_val_batches=1",
     "--trainer.num_sanity_val_steps=0",
     "--trainer.max_epochs=1",
     "--test_after_fit=false",
