@@ -9,6 +9,7 @@ version differs (`warn_if_environment_differs`). The record is plain str/int/boo
 so checkpoints stay loadable with `torch.load(weights_only=True)`.
 """
 
+import functools
 import hashlib
 import importlib.metadata
 import os
@@ -123,12 +124,17 @@ def _dataset_fingerprint(trainer: L.Trainer) -> dict[str, Any] | None:
     fingerprint = getattr(trainer.datamodule, "fingerprint", None)  # type: ignore[attr-defined]
     if callable(fingerprint):
         return fingerprint()
-    rank_zero_warn(
+    _warn_once(
         "CheckpointProvenance: the DataModule has no `fingerprint()` method, so checkpoints "
         "do not record which data they were trained on. Add one that returns a dict (e.g. a "
         "hash of the dataset recipe or file list, and the split seed)."
     )
     return None
+
+
+@functools.cache  # fit and the test after it set up twice: one warning is enough
+def _warn_once(message: str) -> None:
+    rank_zero_warn(message)
 
 
 def warn_if_environment_differs(recorded: dict[str, Any] | None, path: str | Path) -> None:

@@ -114,14 +114,17 @@ def _targets(batch: Any) -> torch.Tensor | None:
 
 
 def _label_problems(batch: Any, num_classes: Any, warn: bool) -> list[str]:
+    targets = _targets(batch)
     if not isinstance(num_classes, int) or isinstance(num_classes, bool):
-        if warn:
+        # Only integer targets are class labels: a regressor's or an autoencoder's module
+        # has no num_classes to declare, and hears nothing about it.
+        if warn and targets is not None and _integer(targets):
             rank_zero_warn(
-                "FirstBatchCheck: the module declares no integer `num_classes` attribute, so the "
-                "label range of the first batch is not checked (inputs and shapes still are)."
+                "FirstBatchCheck: the first batch has integer targets but the module declares "
+                "no integer `num_classes` attribute, so their range is not checked (inputs and "
+                "shapes still are). Set `self.num_classes` in the module to check them."
             )
         return []
-    targets = _targets(batch)
     if targets is None:
         if warn:
             rank_zero_warn(
@@ -172,3 +175,7 @@ def _log_grid(trainer: L.Trainer, grid: torch.Tensor) -> None:
             logger.experiment.add_image("first_batch", grid, global_step=trainer.global_step)
         elif isinstance(logger, WandbLogger):
             logger.log_image("first_batch", [grid.permute(1, 2, 0).numpy()])
+
+
+def _integer(tensor: torch.Tensor) -> bool:
+    return not (tensor.is_floating_point() or tensor.is_complex() or tensor.dtype == torch.bool)
