@@ -2,6 +2,8 @@
 """Stop on a non-finite loss or update without letting it touch the weights, and without a
 device-to-host sync per step."""
 
+from __future__ import annotations  # _GuardedState, defined below, in a signature
+
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -167,7 +169,7 @@ class NonFiniteGuard(Callback):
         self._history.append(self._state.elsewhere(current))
         self._loss = self._grad_norm = None
 
-    def _guarded_state(self, good: dict[int, torch.Tensor] | None = None) -> "_GuardedState":
+    def _guarded_state(self, good: dict[int, torch.Tensor] | None = None) -> _GuardedState:
         """Every parameter, optimizer state and buffer, with the good copy given or taken now."""
         found: dict[int, torch.Tensor] = {}
         for optimizer in self._optimizers:
