@@ -59,6 +59,11 @@ def test_overhead_ends_with_both_ratios_and_equal_losses(results):
             for line in lines
         ), against
     assert any(line.startswith("load average (1 min) before ") for line in lines)
+    # And the ratios of each variant's fastest run, which need no pairing.
+    assert any(
+        re.fullmatch(rf"ratio of the fastest runs: c / b {NUMBER}\d, c / a {NUMBER}\d .*", line)
+        for line in lines
+    ), lines
     # What (c) ran with is read from the default config at run time, not a fixed list.
     ran_with = next(line for line in lines if line.startswith("(c) ran with: "))
     assert "ModelCheckpoint" in ran_with
