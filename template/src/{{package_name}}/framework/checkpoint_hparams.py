@@ -14,6 +14,9 @@ replace the config's `model:` section, command-line flags included, without a wo
   is refused: a resume restores the optimizer and scheduler state saved with the
   checkpoint's values, so a new learning rate, say, would silently not take effect. The
   way to train on from those weights with new settings is a new run (`--init_from`).
+- A resumed `fit` whose `trainer.max_epochs` / `max_steps` differ from the run that wrote
+  the checkpoint is warned: a learning-rate schedule made for the run's length continues
+  from its saved state, so the rate jumps, or rises again past the old end.
 
 `--ckpt_path last` is read the same way (the CLI turns it into `<root>/checkpoints/last.ckpt`).
 
@@ -31,7 +34,7 @@ from typing import Any
 
 import yaml
 from jsonargparse import ArgumentParser, Namespace
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
 from .inspect_ckpt import load_checkpoint
 from .paths import RunLayout, project_path
@@ -82,6 +85,15 @@ def recorded_arguments(checkpoint: dict, key: str = "hyper_parameters") -> dict[
     return {name: value for name, value in init_args.items() if name not in hparams}
 
 
+def recorded_run_length(checkpoint: dict) -> dict[str, Any]:
+    """`max_epochs` and `max_steps` of the run that wrote the checkpoint; {} if unrecorded."""
+    recorded = (checkpoint.get("provenance") or {}).get("config")
+    trainer = (yaml.safe_load(recorded) or {}).get("trainer") if isinstance(recorded, str) else None
+    if not isinstance(trainer, dict):
+        return {}
+    return {key: trainer[key] for key in ("max_epochs", "max_steps") if key in trainer}
+
+
 def with_recorded_arguments(checkpoint: dict, keys: Sequence[str]) -> dict:
     """The checkpoint, each hyperparameter section under `keys` completed from its config."""
     completed = {
@@ -106,6 +118,7 @@ class CheckpointHparams:
         self.command, self.path = command, path
         self.recorded = recorded_arguments(checkpoint)
         self.class_path = (checkpoint.get("hyper_parameters") or {}).get("_class_path")
+        self.run_length = recorded_run_length(checkpoint)
         self.before_config = Namespace(model=_copy(config.model))
         self.before = self.before_config.model
         self.explicit = explicit_model_keys(args if isinstance(args, list) else sys.argv[1:])
@@ -123,6 +136,8 @@ class CheckpointHparams:
 
     def reconcile(self, config: Namespace) -> None:
         """After LightningCLI applied the checkpoint: explicit flags win (or, for fit, stop)."""
+        if self.command == "fit":
+            self._warn_if_the_length_changed(config.trainer)
         conflicts = [key for key in _changed(self.before, config.model) if self._explicit(key)]
         if conflicts and self.command == "fit":
             before, after = _leaves(self.before), _leaves(config.model)
@@ -154,6 +169,24 @@ class CheckpointHparams:
             ]
             lines += [f"  {key}: kept from the command line" for key in kept]
             rank_zero_info("\n".join(lines))
+
+    def _warn_if_the_length_changed(self, trainer: Namespace) -> None:
+        changed = [
+            f"{key} {before} -> {trainer.get(key)}"
+            for key, before in self.run_length.items()
+            if trainer.get(key) != before
+        ]
+        if not changed:
+            return
+        rank_zero_warn(
+            f"fit --ckpt_path {self.path}: the run's length changed ({', '.join(changed)}). "
+            "A learning-rate schedule made for the run's length (the example's warmup and "
+            "cosine decay, a `T_max` or `total_steps`) does not stretch on a resume: it "
+            "continues from its saved state, so the rate jumps, or rises again past the old "
+            "end. To train longer on a schedule made for the new length, start a new run "
+            f"from these weights: `fit --init_from {self.path} --trainer.default_root_dir "
+            "runs/<new name>` with the new length."
+        )
 
     def _explicit(self, key: str) -> bool:
         """Typed on the command line: the key itself, or a mapping given for a parent."""
