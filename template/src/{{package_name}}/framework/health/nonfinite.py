@@ -318,7 +318,7 @@ class _GuardedState:
         """Where the flag is up, put the good copy back; else the current values become it."""
         if bad.device.type in FREE_FLAG_READS:
             # Read on the host: the `where` and the write-back, a pass over the whole state
-            # each, happen only to undo (a third of the check's cost on a small CPU model).
+            # each, happen only to undo (two thirds of the check's cost on a small model).
             if bad:
                 for group, good in zip(self.here, self.good, strict=True):
                     group.write(good)
