@@ -68,6 +68,13 @@ def checkpoint_file(ckpt_path: str | None, layout: RunLayout) -> Path | None:
 CONFIG_SECTIONS = {"hyper_parameters": "model", "datamodule_hyper_parameters": "data"}
 
 
+def recorded_section(checkpoint: dict, name: str) -> dict[str, Any]:
+    """Section `name` of the run's resolved config, recorded by provenance.py; {} if none."""
+    recorded = (checkpoint.get("provenance") or {}).get("config")
+    section = (yaml.safe_load(recorded) or {}).get(name) if isinstance(recorded, str) else None
+    return section if isinstance(section, dict) else {}
+
+
 def recorded_arguments(checkpoint: dict, key: str = "hyper_parameters") -> dict[str, Any]:
     """Init arguments of the run's recorded config that the hyperparameters under `key` lack.
 
@@ -75,11 +82,10 @@ def recorded_arguments(checkpoint: dict, key: str = "hyper_parameters") -> dict[
     the CLI (no class path, no recorded config).
     """
     hparams = checkpoint.get(key) or {}
-    recorded = (checkpoint.get("provenance") or {}).get("config")
-    if not hparams.get("_class_path") or not isinstance(recorded, str):
+    if not hparams.get("_class_path"):
         return {}
-    section = (yaml.safe_load(recorded) or {}).get(CONFIG_SECTIONS[key])
-    if not isinstance(section, dict) or section.get("class_path") != hparams["_class_path"]:
+    section = recorded_section(checkpoint, CONFIG_SECTIONS[key])
+    if section.get("class_path") != hparams["_class_path"]:
         return {}
     init_args = section.get("init_args") or {}
     return {name: value for name, value in init_args.items() if name not in hparams}
@@ -87,10 +93,7 @@ def recorded_arguments(checkpoint: dict, key: str = "hyper_parameters") -> dict[
 
 def recorded_run_length(checkpoint: dict) -> dict[str, Any]:
     """`max_epochs` and `max_steps` of the run that wrote the checkpoint; {} if unrecorded."""
-    recorded = (checkpoint.get("provenance") or {}).get("config")
-    trainer = (yaml.safe_load(recorded) or {}).get("trainer") if isinstance(recorded, str) else None
-    if not isinstance(trainer, dict):
-        return {}
+    trainer = recorded_section(checkpoint, "trainer")
     return {key: trainer[key] for key in ("max_epochs", "max_steps") if key in trainer}
 
 
