@@ -170,7 +170,7 @@ class GratingsDataModule(L.LightningDataModule):
             _save_atomically(self.root / f"{split}_images.npy", images)
             _save_atomically(self.root / f"{split}_labels.npy", labels)
         # Written last: its presence means every array above is complete.
-        tmp = recipe_path.with_suffix(".tmp")
+        tmp = recipe_path.with_name(f"{recipe_path.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(self._recipe()))
         os.replace(tmp, recipe_path)
 
@@ -211,8 +211,12 @@ class GratingsDataModule(L.LightningDataModule):
 
 
 def _save_atomically(path: Path, array: np.ndarray) -> None:
-    """np.save to a temporary file, then rename: a reader never sees half an array."""
-    tmp = path.with_name(path.name + ".tmp")
+    """np.save to a temporary file, then rename: a reader never sees half an array.
+
+    The temporary name is the process's own: two runs started at once on a fresh project
+    (`sweep --jobs 2`) both generate the data, and each renames a complete file.
+    """
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     with open(tmp, "wb") as handle:
         np.save(handle, array)
     os.replace(tmp, path)
