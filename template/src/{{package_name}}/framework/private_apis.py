@@ -1,5 +1,5 @@
 # Managed by the template; local edits are merged on update.
-"""The private torch APIs the framework relies on, in one module, each with the reason.
+"""The private torch and Lightning APIs the framework relies on, each with the reason.
 
 Everything else in the framework uses public APIs of torch, Lightning and jsonargparse.
 What is here has no public equivalent; tests/framework/test_private_apis.py pins the
@@ -22,6 +22,11 @@ training run in some odd way.
 - `nested_schedulers` (lr_scaling.py): SequentialLR and ChainedScheduler keep their
   children in `_schedulers` only; a child restarts from its own `base_lrs` at a
   milestone, so scaling the learning rate must reach the children.
+- `loggers_write_after_this_batch` (loggers.py): Lightning decides in its logger
+  connector whether the loggers write the values logged in this batch (every
+  `log_every_n_steps` optimizer steps, counted its own way under gradient accumulation
+  and manual optimization, and when the run stops); no public API says so, and a copy of
+  the rule would drift from it.
 
 One private Lightning method is overridden rather than called, so it cannot live here:
 `ExperimentWriter._check_log_dir_exists` (loggers.py). Lightning's CSV writer calls it
@@ -32,6 +37,7 @@ calls it, and that the override then appends.
 
 from types import CodeType
 
+import lightning as L
 import torch
 from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 from torch._dynamo.exc import TorchDynamoException as DynamoError
@@ -42,6 +48,7 @@ __all__ = [
     "compiled_graph_count",
     "copy_each",
     "has_compiled_code",
+    "loggers_write_after_this_batch",
     "nested_schedulers",
 ]
 
@@ -64,3 +71,8 @@ def copy_each(targets: list[torch.Tensor], sources: list[torch.Tensor]) -> None:
 def nested_schedulers(scheduler: object) -> list:
     """The child schedulers of a SequentialLR or ChainedScheduler; [] for any other."""
     return list(getattr(scheduler, "_schedulers", []))
+
+
+def loggers_write_after_this_batch(trainer: L.Trainer) -> bool:
+    """Whether Lightning writes this batch's logged step values to the loggers."""
+    return trainer._logger_connector.should_update_logs
