@@ -1,23 +1,31 @@
 """What the template's callbacks and logging cost per training step.
 
-Renders a project from this checkout, then times, in one process, alternating, on CPU,
-with the example's network, data, batch size, optimizer and seed (all read from the
-project's default config, so whatever that config holds when this runs is measured):
+Renders a project from this checkout, then times, on CPU, with the example's network,
+data, batch size, optimizer and seed (all read from the project's default config, so
+whatever that config holds when this runs is measured):
 
   (a) a vanilla PyTorch loop: forward, loss, backward, step, zero_grad (and the lr
       schedule step, so that the losses can be compared);
   (b) plain Lightning: a bare `Trainer` on the same module, no logger, no callbacks;
   (c) the generated project's `fit`, with its default callbacks and loggers.
 
-Each run trains `--warmup + --steps` steps of the first epoch; the warm-up steps are
-dropped and the steady-state steps timed end to end (data loading, logging and every
-callback included). Each variant runs `--repeats` times, interleaved (the order rotates
-each repeat), so a change in the machine's load hits all three alike; the ratios are taken
-within each repeat and reported as median, interquartile range and min-max, and the ratios of
-each variant's fastest run are printed too (load only adds time). torch runs on
-one thread unless `--threads` says otherwise, and `--cpu N` pins the process to one core:
-on a shared machine both keep the variants from fighting over cores differently. The load
-average before and after is printed with the figures.
+The three run at once, each in its own process, in lockstep: one token circles a ring of
+pipes, and a process trains only while it holds it, handing it on after each step (see
+`Baton`). Step i of (a), (b) and (c) thus runs within one cycle, a few tens of
+milliseconds, of the other two. Runs taken one after the other differed here by +-20%,
+in CPU time as much as in wall time (the machine's speed changes within seconds), so
+they compare badly; steps taken in turn see the same machine. A step is timed from taking the token to the end of the step: data loading,
+logging and every callback included. The first `--warmup` steps of each run are dropped
+(the first step runs before the ring starts: startups differ), the next `--steps` timed.
+
+This repeats `--repeats` times (the order in the ring rotates each repeat); the ratios of
+each repeat are reported as median, interquartile range and min-max, and the ratios of
+each variant's fastest repeat are printed too (load only adds time). torch runs on one
+thread unless `--threads` says otherwise. The three processes share one core (`--cpu N`
+picks it, by default the first this process may use; one runs at a time, and all see the
+same core), so `num_workers: auto` resolves to 0 and each loads its data in its main
+process; and they run with one fixed malloc configuration (FIXED_MALLOC).
+The load average before and after is printed with the figures.
 
 Wall time on a machine shared with other work stays noisy however it is taken, so
 `--instructions` also counts the instructions the main process executes per training
@@ -41,6 +49,7 @@ import argparse
 import contextlib
 import importlib
 import itertools
+import json
 import os
 import re
 import shutil
@@ -50,9 +59,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -64,32 +73,45 @@ from scaffold import installed_project
 LOSS_TOLERANCE = 5e-6
 
 
-@dataclass
-class Run:
-    """One timed run: when each training step ended, and its loss."""
+class StepWatcher(Protocol):
+    """Told the end of every training step: `Baton` (timing) or `CountWindow` (counting)."""
 
-    step_ends: list[float]
-    losses: list[torch.Tensor]
-
-    def ms_per_step(self, warmup: int) -> float:
-        """Mean wall time of the steps after the warm-up, in milliseconds."""
-        window = self.step_ends[warmup - 1 :]
-        return 1000 * (window[-1] - window[0]) / (len(window) - 1)
+    def step_ended(self, done: int) -> None: ...
 
 
 class StepClock(Callback):
-    """Notes the end of every training step and keeps its (detached) loss; syncs nothing."""
+    """Keeps every training step's (detached) loss and tells the watcher; syncs nothing."""
 
-    def __init__(self, window: "CountWindow | None" = None) -> None:
-        self.run = Run([], [])
-        self.window = window
+    def __init__(self, watcher: StepWatcher) -> None:
+        self.losses: list[torch.Tensor] = []
+        self.watcher = watcher
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self.run.step_ends.append(time.perf_counter())
         loss = outputs["loss"] if isinstance(outputs, Mapping) else outputs
-        self.run.losses.append(loss.detach())
-        if self.window is not None:
-            self.window.step_ended(len(self.run.step_ends))
+        self.losses.append(loss.detach())
+        self.watcher.step_ended(len(self.losses))
+
+
+class Baton:
+    """Lets the three variants, each in its own process, train one step at a time, in turn.
+
+    One token circles a ring of pipes: this process takes it from `take_fd` before a step
+    and passes it on through `pass_fd` after. Each step's time runs from taking the token
+    to the end of the step, so waiting for the others is not counted.
+    """
+
+    def __init__(self, take_fd: int, pass_fd: int, steps: int) -> None:
+        self.take_fd, self.pass_fd, self.steps = take_fd, pass_fd, steps
+        self.durations: list[float] = []  # of steps 2, 3, ...: step 1 runs before the ring
+        self._taken_at = 0.0
+
+    def step_ended(self, done: int) -> None:
+        if done > 1:
+            self.durations.append(time.perf_counter() - self._taken_at)
+            os.write(self.pass_fd, b".")
+        if done < self.steps:
+            os.read(self.take_fd, 1)
+            self._taken_at = time.perf_counter()
 
 
 class CountWindow:
@@ -112,6 +134,16 @@ class CountWindow:
             os.getloadavg()  # --dump-before: the window's count is written here
             callgrind_control("-i", "off")
 
+
+# glibc moves its mmap threshold as a process frees large blocks, so whether a step's
+# activations come from fresh mmapped pages (a page fault per 4 KiB, every step) differs
+# from process to process by chance: measured here, it made one process's steps 30%
+# slower than an identical one's, for the whole run. A fixed threshold (above any block a
+# step allocates, and never trimming) gives the three processes the same allocator.
+FIXED_MALLOC = os.environ | {
+    "MALLOC_MMAP_THRESHOLD_": str(2**32),
+    "MALLOC_TRIM_THRESHOLD_": str(2**32),
+}
 
 # libc functions callgrind zeroes and dumps its counters before; never called in a window.
 INSTRUCTION_MARKS = {"zero": "ctermid", "dump": "getloadavg"}
@@ -158,9 +190,9 @@ def optimizer_and_scheduler(configured) -> tuple[torch.optim.Optimizer, object |
 
 
 def vanilla_loop(
-    model: LightningModule, datamodule, steps: int, window: CountWindow | None = None
-) -> Run:
-    """(a): the example's training step written as a plain PyTorch loop."""
+    model: LightningModule, datamodule, steps: int, watcher: StepWatcher
+) -> list[torch.Tensor]:
+    """(a): the example's training step written as a plain PyTorch loop; its losses."""
     datamodule.prepare_data()
     datamodule.setup("fit")
     loader = datamodule.train_dataloader()
@@ -178,7 +210,7 @@ def vanilla_loop(
     # from torch's global RNG): call its hook as Lightning's training loop does.
     datamodule.trainer = SimpleNamespace(training=True)
     model.train()
-    run = Run([], [])
+    losses = []
     for batch in itertools.islice(loader, steps):
         images, labels = datamodule.on_after_batch_transfer(batch, 0)
         loss = F.cross_entropy(model(images), labels)
@@ -187,18 +219,16 @@ def vanilla_loop(
         optimizer.zero_grad()
         if scheduler is not None:
             scheduler.step()
-        run.step_ends.append(time.perf_counter())
-        run.losses.append(loss.detach())
-        if window is not None:
-            window.step_ended(len(run.step_ends))
-    return run
+        losses.append(loss.detach())
+        watcher.step_ended(len(losses))
+    return losses
 
 
 def plain_lightning(
-    model: LightningModule, datamodule, root: Path, steps: int, window: CountWindow | None = None
-) -> Run:
+    model: LightningModule, datamodule, root: Path, steps: int, watcher: StepWatcher
+) -> list[torch.Tensor]:
     """(b): a bare Trainer: no logger, no callbacks but the clock, no checkpointing."""
-    clock = StepClock(window)
+    clock = StepClock(watcher)
     trainer = Trainer(
         accelerator="cpu",
         devices=1,
@@ -212,18 +242,18 @@ def plain_lightning(
         num_sanity_val_steps=0,
     )
     trainer.fit(model, datamodule=datamodule)
-    return clock.run
+    return clock.losses
 
 
 def generated_fit(
-    cli_class: type, root: Path, steps: int, window: CountWindow | None = None
-) -> tuple[Run, list[str]]:
+    cli_class: type, root: Path, steps: int, watcher: StepWatcher
+) -> tuple[list[torch.Tensor], list[str]]:
     """(c): the generated `fit`, default callbacks and loggers; the clock is appended."""
-    clock = StepClock(window)
+    clock = StepClock(watcher)
     cli = cli_class(args=fit_args(root, steps), trainer_defaults={"callbacks": [clock]})
     extras = [type(c).__name__ for c in cli.trainer.callbacks if c is not clock]
     extras += [type(logger).__name__ for logger in cli.trainer.loggers]
-    return clock.run, extras
+    return clock.losses, extras
 
 
 def spread(values: list[float]) -> str:
@@ -236,48 +266,87 @@ def spread(values: list[float]) -> str:
 
 
 def run_variant(
-    name: str, cli_class: type, root: Path, steps: int, window: CountWindow | None = None
-) -> tuple[Run, list[str]]:
-    """Variant (a), (b) or (c) for `steps` steps; for (c) also what it ran with."""
+    name: str, cli_class: type, root: Path, steps: int, watcher: StepWatcher
+) -> tuple[list[torch.Tensor], list[str]]:
+    """Variant (a), (b) or (c) for `steps` steps: its losses; for (c), what it ran with."""
     if name == "a":
-        return vanilla_loop(*build_from_config(cli_class, root, steps), steps, window), []
+        return vanilla_loop(*build_from_config(cli_class, root, steps), steps, watcher), []
     if name == "b":
         model, datamodule = build_from_config(cli_class, root, steps)
-        return plain_lightning(model, datamodule, root, steps, window), []
-    return generated_fit(cli_class, root, steps, window)
+        return plain_lightning(model, datamodule, root, steps, watcher), []
+    return generated_fit(cli_class, root, steps, watcher)
+
+
+def lockstep_child(package: str, name: str, workdir: Path, steps: int, fds: str) -> int:
+    """One variant of a lockstep repeat; writes its step times and losses to <name>.json."""
+    take_fd, pass_fd = map(int, fds.split(","))
+    baton = Baton(take_fd, pass_fd, steps)
+    cli_class = importlib.import_module(f"{package}.framework.cli").ProjectCLI
+    with contextlib.redirect_stdout(sys.stderr):
+        losses, ran_with = run_variant(name, cli_class, workdir / f"run-{name}", steps, baton)
+    result = {"durations": baton.durations, "losses": [float(loss) for loss in losses]}
+    (workdir / f"{name}.json").write_text(json.dumps(result | {"ran_with": ran_with}))
+    return 0
+
+
+def run_lockstep(order: str, package: str, workdir: Path, args: argparse.Namespace) -> dict:
+    """Runs the variants in `order` at once, in turn step by step; their results by name."""
+    workdir.mkdir(parents=True)
+    ring = [os.pipe() for _ in order]  # variant i takes from ring[i], passes to ring[i + 1]
+    children = {}
+    for i, name in enumerate(order):
+        take_fd, pass_fd = ring[i][0], ring[(i + 1) % len(order)][1]
+        command = [
+            sys.executable, __file__, "--lockstep-child", name, "--of-package", package,
+            "--workdir", str(workdir), "--warmup", str(args.warmup), "--steps", str(args.steps),
+            "--threads", str(args.threads), "--baton", f"{take_fd},{pass_fd}",
+        ]  # fmt: skip
+        children[name] = subprocess.Popen(
+            command, pass_fds=(take_fd, pass_fd), stdout=sys.stderr, env=FIXED_MALLOC
+        )
+    os.write(ring[0][1], b".")  # the token; every pipe stays open here until all are done
+    try:
+        while children:
+            for name, child in list(children.items()):
+                if child.poll() is None:
+                    continue
+                if child.returncode != 0:
+                    sys.exit(
+                        f"error: variant ({name}) failed (exit {child.returncode}); see above."
+                    )
+                del children[name]
+            time.sleep(0.2)
+    finally:
+        for child in children.values():  # only after a failure: the others wait for the token
+            child.kill()
+        for fd in itertools.chain.from_iterable(ring):
+            os.close(fd)
+    return {name: json.loads((workdir / f"{name}.json").read_text()) for name in order}
 
 
 def measure(package: str, workdir: Path, args: argparse.Namespace) -> int:
     load_before = os.getloadavg()[0]
-    cli_class = importlib.import_module(f"{package}.framework.cli").ProjectCLI
-    steps = args.warmup + args.steps
-    runs: dict[str, list[Run]] = {"a": [], "b": [], "c": []}
-    ran_with: list[str] = []
-    # What the runs print (progress bars, the fit summary) goes to stderr, as it would to
-    # a terminal; stdout is left to the figures.
-    with contextlib.redirect_stdout(sys.stderr):
-        for repeat in range(args.repeats):
-            order = "abc"[repeat % 3 :] + "abc"[: repeat % 3]  # rotated: none always first
-            for name in order:
-                run, extras = run_variant(name, cli_class, workdir / f"run-{name}{repeat}", steps)
-                runs[name].append(run)
-                ran_with = extras or ran_with
+    results = []
+    for repeat in range(args.repeats):
+        order = "abc"[repeat % 3 :] + "abc"[: repeat % 3]  # rotated: none always first
+        results.append(run_lockstep(order, package, workdir / f"repeat-{repeat}", args))
     load_after = os.getloadavg()[0]
     instructions = count_instructions(package, workdir, args) if args.instructions else None
 
+    # Durations start at step 2 (step 1 runs before the ring): drop steps 1..warmup.
     per_step = {
-        name: [run.ms_per_step(args.warmup) for run in name_runs]
-        for name, name_runs in runs.items()
-    }
+        name: [1000 * statistics.fmean(repeat[name]["durations"][args.warmup - 1 :])
+               for repeat in results]
+        for name in "abc"
+    }  # fmt: skip
     median = {name: statistics.median(values) for name, values in per_step.items()}
-    # Paired within each repeat: the three runs of one repeat saw the same machine load.
+    # Paired within each repeat: its three runs took their steps in turn.
     ratios = {
         against: [c / other for c, other in zip(per_step["c"], per_step[against], strict=True)]
         for against in ("b", "a")
     }
-    losses_a = torch.stack(runs["a"][0].losses)
-    losses_c = torch.stack(runs["c"][0].losses)
-    max_diff = (losses_a - losses_c).abs().max().item()
+    losses_a, losses_c = results[0]["a"]["losses"], results[0]["c"]["losses"]
+    max_diff = max(abs(a - c) for a, c in zip(losses_a, losses_c, strict=True))
     equal = max_diff < LOSS_TOLERANCE
 
     labels = {
@@ -286,19 +355,19 @@ def measure(package: str, workdir: Path, args: argparse.Namespace) -> int:
         "c": "(c) generated project's fit",
     }
     print(
-        f"per-step wall time, ms: median of {args.repeats} runs of {args.steps} steady-state "
-        f"steps after {args.warmup} warm-up steps; CPU, {torch.get_num_threads()} threads"
+        f"per-step wall time, ms: median of {args.repeats} lockstep repeats of {args.steps} "
+        f"steady-state steps after {args.warmup} warm-up steps; CPU, {args.threads} threads"
     )
     for name, label in labels.items():
         runs_text = " ".join(f"{value:.2f}" for value in per_step[name])
         print(f"  {label:<30} {median[name]:8.2f}   (runs: {runs_text})")
-    print(f"(c) ran with: {', '.join(ran_with)}")
-    print(f"loss max |a - c| over {steps} steps: {max_diff:.1e}")
+    print(f"(c) ran with: {', '.join(results[0]['c']['ran_with'])}")
+    print(f"loss max |a - c| over {len(losses_a)} steps: {max_diff:.1e}")
     print(f"load average (1 min) before {load_before:.2f}, after {load_after:.2f}")
     for against, label in (("b", "c / b (target <= 1.03)"), ("a", "c / a (target <= 1.10)")):
         print(f"ratio {label}: {spread(ratios[against])}")
-    # Load only ever adds time: each variant's fastest run is the one the machine disturbed
-    # least, an estimate that needs no pairing (timeit's advice).
+    # Load only ever adds time: each variant's fastest repeat is the one the machine
+    # disturbed least, an estimate that needs no pairing (timeit's advice).
     fastest = {name: min(values) for name, values in per_step.items()}
     print(
         f"ratio of the fastest runs: c / b {fastest['c'] / fastest['b']:.3f}, "
@@ -363,13 +432,15 @@ def count_child(package: str, workdir: Path, warmup: int, steps: int) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=11, help="runs of each variant")
+    parser.add_argument("--repeats", type=int, default=11, help="lockstep runs of the three")
     parser.add_argument("--warmup", type=int, default=10, help="steps dropped from each run")
     parser.add_argument("--steps", type=int, default=50, help="steady-state steps timed")
     parser.add_argument(
         "--threads", type=int, default=1, help="torch CPU threads (1: steadiest when shared)"
     )
-    parser.add_argument("--cpu", type=int, help="pin the process to this core (Linux)")
+    parser.add_argument(
+        "--cpu", type=int, help="the core the three run on (default: the first one allowed)"
+    )
     parser.add_argument(
         "--instructions", action="store_true", help="also count instructions (callgrind)"
     )
@@ -380,6 +451,10 @@ def main(argv: list[str] | None = None) -> int:
     # The child that --instructions runs under valgrind (an installed project's package).
     parser.add_argument("--count-instructions-of", metavar="PACKAGE", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
+    # The children of a lockstep repeat: one variant each, passing the token through --baton.
+    parser.add_argument("--lockstep-child", choices=("a", "b", "c"), help=argparse.SUPPRESS)
+    parser.add_argument("--of-package", help=argparse.SUPPRESS)
+    parser.add_argument("--baton", metavar="TAKE_FD,PASS_FD", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     sys.argv[1:] = []  # LightningCLI(args=...) warns when the process has arguments of its own
     if args.repeats < 1 or args.warmup < 1 or args.steps < 1:
@@ -391,8 +466,12 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     if args.count_instructions_of:
         return count_child(args.count_instructions_of, args.workdir, args.warmup, args.steps)
-    if args.cpu is not None:
-        os.sched_setaffinity(0, {args.cpu})
+    if args.lockstep_child:
+        steps = args.warmup + args.steps
+        return lockstep_child(args.of_package, args.lockstep_child, args.workdir, steps, args.baton)
+    if hasattr(os, "sched_setaffinity"):  # Linux; the children inherit it
+        # One core for all: one process runs at a time, and cores of a shared machine differ.
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0)) if args.cpu is None else args.cpu})
     with tempfile.TemporaryDirectory(prefix="overhead-") as tmp:
         workdir = Path(tmp)
         with installed_project(workdir, "Overhead Bench") as (_, package):
