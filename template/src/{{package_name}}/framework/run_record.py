@@ -26,11 +26,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import torch
 import yaml
 from jsonargparse import Namespace
 from lightning.pytorch.utilities import rank_zero_only
 
+from .inspect_ckpt import load_checkpoint
 from .paths import RunLayout
 
 
@@ -60,7 +60,7 @@ def continue_loggers(logger_config: Any, checkpoint_path: Path) -> None:
     ]
     if not entries:
         return
-    recorded = (open_checkpoint(checkpoint_path).get("provenance") or {}).get("loggers") or {}
+    recorded = (load_checkpoint(checkpoint_path).get("provenance") or {}).get("loggers") or {}
     for entry in entries:
         version = recorded.get(str(entry.get("class_path", "")).rsplit(".", 1)[-1])
         init_args = entry.init_args
@@ -72,11 +72,6 @@ def continue_loggers(logger_config: Any, checkpoint_path: Path) -> None:
         elif init_args.get("version") is None:
             # Recorded as text; "0" must become 0 again, or the folder is "0", not "version_0".
             init_args.version = int(version) if version.isdigit() else version
-
-
-def open_checkpoint(path: Path) -> dict[str, Any]:
-    """A checkpoint memory-mapped: its records are read, its weights stay on disk."""
-    return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
 
 
 @dataclass
@@ -156,7 +151,7 @@ def newest_checkpoint(folder: Path) -> Path | None:
 def read_run(folder: Path) -> RunRecord:
     path = newest_checkpoint(folder)
     checkpoint = (
-        {k: v for k, v in open_checkpoint(path).items() if k != "state_dict"} if path else {}
+        {k: v for k, v in load_checkpoint(path).items() if k != "state_dict"} if path else {}
     )
     provenance = checkpoint.pop("provenance", None) or {}
     config_text = provenance.get("config") or _saved_config(folder)

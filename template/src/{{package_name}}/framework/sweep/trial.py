@@ -35,8 +35,9 @@ from typing import Any
 
 from submitit.helpers import Checkpointable
 
+from ..inspect_ckpt import load_checkpoint
 from ..paths import RunLayout
-from ..run_record import best_score, open_checkpoint
+from ..run_record import best_score
 from .pruning import PRUNED_AT
 from .study import Sweep, trial_id
 
@@ -230,7 +231,7 @@ class TrialJob(Checkpointable):
 
 def _best(root: Any, metric: str) -> float | None:
     path = RunLayout(root).last
-    return best_score(open_checkpoint(path), metric) if path.is_file() else None
+    return best_score(load_checkpoint(path), metric) if path.is_file() else None
 
 
 def _ignore_usr2() -> None:
