@@ -7,6 +7,7 @@ DataLoaders over a list-backed Dataset, `val_ce` / `val_hit_rate` metrics, no
 command its README shows. Nothing of the framework is edited.
 """
 
+import csv
 import os
 import shutil
 import subprocess
@@ -97,6 +98,11 @@ def test_every_readme_command_works_on_the_users_own_model(project, tmp_path):
     resumed = ok(command(project, "fit", "--ckpt_path=last", "--trainer.enable_progress_bar=false"))
     assert "best val_ce" in resumed
     assert torch.load(checkpoints / "last.ckpt", weights_only=True)["epoch"] == 2
+    # train_ce, logged only when logs_this_step: in the rows of every 10th step, both fits.
+    (metrics,) = (project / "runs" / "default" / "csv").glob("version_*/metrics.csv")
+    with metrics.open(newline="") as file:
+        steps = [int(row["step"]) for row in csv.DictReader(file) if row.get("train_ce")]
+    assert steps == list(range(9, 32, 10)), steps  # 16 batches an epoch, two epochs
     for verb in ("validate", "test"):
         ok(command(project, verb, "--ckpt_path=best", "--trainer.enable_progress_bar=false"))
     ok(command(project, "predict", "--ckpt_path=last", "--trainer.enable_progress_bar=false"))

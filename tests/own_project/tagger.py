@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from PACKAGE.framework import LoaderOptions
+from PACKAGE.framework import LoaderOptions, logs_this_step
 
 VOCAB, LENGTH = 16, 10
 
@@ -92,7 +92,8 @@ class CountingTransformer(L.LightningModule):
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         loss, _ = self._loss(batch)
-        self.log("train_ce", loss)
+        if logs_this_step(self.trainer):
+            self.log("train_ce", loss)
         return loss
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
