@@ -21,7 +21,11 @@ from typing import Any, TypeGuard
 from jsonargparse import Namespace
 
 from .inspect_ckpt import load_checkpoint
+from .loaders import check_values
 from .paths import project_path
+
+LOADER_DEFAULTS = {"num_workers": "auto", "pin_memory": "auto", "prefetch_factor": None}
+LOADER_ARGUMENTS = tuple(LOADER_DEFAULTS)
 
 
 def refuse_bad_input(command: str, config: Any) -> None:
@@ -45,7 +49,8 @@ def available_cpus() -> int:
 
 
 def check_data_arguments(data_config: Any) -> None:
-    """`data.batch_size` of 1 or more; `data.num_workers` from 0 to the CPUs available."""
+    """`data.batch_size` of 1 or more; `data.num_workers` from 0 to the CPUs available; the
+    values `LoaderOptions` accepts for `num_workers`, `pin_memory` and `prefetch_factor`."""
     init_args = data_config.get("init_args") if isinstance(data_config, Namespace) else None
     if init_args is None:
         return
@@ -58,6 +63,12 @@ def check_data_arguments(data_config: Any) -> None:
     workers = init_args.get("num_workers")
     if _is_int(workers):
         check_num_workers(workers, "--data.num_workers")
+    # LoaderOptions' own checks, for the arguments it takes that the DataModule names too.
+    given = {key: init_args[key] for key in LOADER_ARGUMENTS if key in init_args}
+    try:
+        check_values(**(LOADER_DEFAULTS | given))
+    except ValueError as error:
+        sys.exit(f"error: in --data, {error}")
 
 
 def check_num_workers(workers: int, where: str) -> None:
