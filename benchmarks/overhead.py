@@ -14,9 +14,10 @@ pipes, and a process trains only while it holds it, handing it on after each ste
 `Baton`). Step i of (a), (b) and (c) thus runs within one cycle, a few tens of
 milliseconds, of the other two. Runs taken one after the other differed here by +-20%,
 in CPU time as much as in wall time (the machine's speed changes within seconds), so
-they compare badly; steps taken in turn see the same machine. A step is timed from taking the token to the end of the step: data loading,
-logging and every callback included. The first `--warmup` steps of each run are dropped
-(the first step runs before the ring starts: startups differ), the next `--steps` timed.
+they compare badly; steps taken in turn see the same machine. A step is timed from
+taking the token to the end of the step: data loading, logging and every callback
+included. The first `--warmup` steps of each run are dropped (the first step runs
+before the ring starts: startups differ), the next `--steps` timed.
 
 This repeats `--repeats` times (the order in the ring rotates each repeat); the ratios of
 each repeat are reported as median, interquartile range and min-max, and the ratios of

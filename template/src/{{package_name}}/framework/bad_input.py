@@ -21,11 +21,10 @@ from typing import Any, TypeGuard
 from jsonargparse import Namespace
 
 from .inspect_ckpt import load_checkpoint
-from .loaders import check_values
+from .loaders import LoaderOptions
 from .paths import project_path
 
-LOADER_DEFAULTS = {"num_workers": "auto", "pin_memory": "auto", "prefetch_factor": None}
-LOADER_ARGUMENTS = tuple(LOADER_DEFAULTS)
+LOADER_ARGUMENTS = ("num_workers", "pin_memory", "prefetch_factor")  # LoaderOptions' own
 
 
 def refuse_bad_input(command: str, config: Any) -> None:
@@ -63,10 +62,12 @@ def check_data_arguments(data_config: Any) -> None:
     workers = init_args.get("num_workers")
     if _is_int(workers):
         check_num_workers(workers, "--data.num_workers")
-    # LoaderOptions' own checks, for the arguments it takes that the DataModule names too.
+    # LoaderOptions' own checks, for the arguments it takes that the DataModule names too:
+    # raised from the DataModule's __init__, the error would reach the user inside
+    # jsonargparse's traceback.
     given = {key: init_args[key] for key in LOADER_ARGUMENTS if key in init_args}
     try:
-        check_values(**(LOADER_DEFAULTS | given))
+        LoaderOptions(**given)
     except ValueError as error:
         sys.exit(f"error: in --data, {error}")
 

@@ -53,7 +53,7 @@ class LoaderOptions:
         pin_memory: bool | Auto = "auto",
         prefetch_factor: int | None = None,
     ) -> None:
-        check_values(num_workers, pin_memory, prefetch_factor)
+        _check(num_workers, pin_memory, prefetch_factor)
         self.num_workers = num_workers
         self.pin_memory = pin_memory
         self.prefetch_factor = prefetch_factor
@@ -99,12 +99,8 @@ class LoaderOptions:
             logger.log_hyperparams({"dataloader": resolved})
 
 
-def check_values(num_workers: object, pin_memory: object, prefetch_factor: object) -> None:
-    """Refuse values torch would reject later, or silently misread, with the fix.
-
-    Also run on the parsed config (bad_input.py), before the DataModule is built: raised
-    from its `__init__`, the error would reach the user inside jsonargparse's traceback.
-    """
+def _check(num_workers: object, pin_memory: object, prefetch_factor: object) -> None:
+    """Refuse values torch would reject later, or silently misread, with the fix."""
     if num_workers != "auto" and (
         isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0
     ):

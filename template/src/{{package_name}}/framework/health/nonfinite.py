@@ -38,11 +38,11 @@ class NonFiniteGuard(Callback):
     step is undone with `torch.where` against a copy of the state after the last good
     step. (On a CPU, where nothing is queued, reading a value costs nothing: there the
     check reads the loss and the state's extremes after each step, and the state is
-    written back only to undo one.) The host reads
-    the flag to stop the run every `check_every_n_steps` batches and at the end of each
-    epoch; the weights are then still exactly those from before the first bad step:
-    they are saved to `<checkpoints>/before-nonfinite.ckpt` and the run stops with exit
-    status 1, naming the global step, batch index and value.
+    written back only to undo one.) The host reads the flag to stop the run every
+    `check_every_n_steps` batches and at the end of each epoch; the weights are then
+    still exactly those from before the first bad step: they are saved to
+    `<checkpoints>/before-nonfinite.ckpt` and the run stops with exit status 1, naming
+    the global step, batch index and value.
 
     The check runs right after each optimizer step, through torch's
     `register_step_post_hook`: Lightning has no callback hook between the step and what
@@ -53,12 +53,13 @@ class NonFiniteGuard(Callback):
 
     Cost per check: about fifteen tensor operations on a GPU, five on a CPU, whatever
     the number of tensors, as the tensors are handled as a few flat groups (one per
-    device and dtype) rather than one by one; one copy of the parameters, optimizer state and buffers is kept. Tensors
-    on another device than the module's (Adam's step counters stay on the host when the
-    module is on a GPU) cannot be matched against the device-side flag without a sync:
-    they keep a copy per check until the host reads the flag, and are put back from it
-    when the run stops. Under several processes every process sees the same all-reduced
-    update, so all skip the same steps; under FSDP2 each rank guards its own shards.
+    device and dtype) rather than one by one; one copy of the parameters, optimizer
+    state and buffers is kept. Tensors on another device than the module's (Adam's step
+    counters stay on the host when the module is on a GPU) cannot be matched against the
+    device-side flag without a sync: they keep a copy per check until the host reads the
+    flag, and are put back from it when the run stops. Under several processes every
+    process sees the same all-reduced update, so all skip the same steps; under FSDP2
+    each rank guards its own shards.
 
     Args:
         check_every_n_steps: how often (in training batches) the host reads the flag; the
