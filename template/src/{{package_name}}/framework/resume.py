@@ -106,7 +106,11 @@ class ResumeState(L.Callback):
             # are not yet.
             return self._to_restore
         loaders = _stateful(_train_loaders(self._trainer)) if self._trainer else []
-        return {"rng": rng_states(), "loaders": [loader.state_dict() for loader in loaders]}
+        return {
+            "rng": rng_states(),
+            "loaders": [loader.state_dict() for loader in loaders],
+            "generators": [_generator_states(loader) for loader in loaders],
+        }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._to_restore = state_dict
@@ -125,6 +129,9 @@ class ResumeState(L.Callback):
             # The fit loop's iterator was made before these states were loaded: make it
             # again (what Lightning's own fix for #20550 does).
             iter(trainer.fit_loop._data_fetcher)
+        generators = self._to_restore.get("generators", [])
+        for loader, saved in zip(_stateful(loaders), generators, strict=False):
+            _set_generator_states(loader, saved)
         if len(_stateful(loaders)) < len(loaders) and _mid_epoch(trainer):
             rank_zero_warn(
                 "Resuming in the middle of an epoch with a train DataLoader that cannot save "
@@ -135,6 +142,36 @@ class ResumeState(L.Callback):
             )
         set_rng_states(self._to_restore["rng"])  # last: starting workers draws from it
         self._to_restore = None
+
+
+def _generators(loader: Any) -> list[torch.Generator]:
+    """The loader's own generator and its sampler's, each once (often one object)."""
+    found: list[torch.Generator] = []
+    for owner in (loader, getattr(loader, "sampler", None)):
+        generator = getattr(owner, "generator", None)
+        if isinstance(generator, torch.Generator) and all(generator is not g for g in found):
+            found.append(generator)
+    return found
+
+
+def _generator_states(loader: Any) -> list[torch.Tensor]:
+    return [generator.get_state() for generator in _generators(loader)]
+
+
+def _set_generator_states(loader: Any, states: list[torch.Tensor]) -> None:
+    """Put the loader's generators where they stood when the checkpoint was saved.
+
+    torchdata restores a shuffling sampler's generator to where it stood when the epoch's
+    iterator was made, then draws the permutation again; but making an iterator also draws
+    the base and shared seeds from `DataLoader(generator=...)`, which is often that same
+    generator, and those two draws are not replayed. Without this, the next epoch's order
+    differs from the uninterrupted run's whenever a loader is given a generator (with
+    worker processes too; measured with `num_workers=0`).
+    """
+    generators = _generators(loader)
+    if len(generators) == len(states):
+        for generator, state in zip(generators, states, strict=True):
+            generator.set_state(state)
 
 
 def _train_loaders(trainer: L.Trainer) -> list[Any]:
@@ -188,7 +225,26 @@ class InterruptCheckpoint(L.Callback):
         interrupted = isinstance(exception, SIGTERMException | KeyboardInterrupt)
         if not interrupted or trainer.state.fn != TrainerFn.FITTING:
             return
+        if trainer.validating:
+            _validate_again_on_resume(trainer)
         folder = (
             Path(self.dirpath) if self.dirpath else RunLayout(trainer.default_root_dir).checkpoints
         )
         trainer.save_checkpoint(folder / LAST_CHECKPOINT, weights_only=False)
+
+
+def _validate_again_on_resume(trainer: L.Trainer) -> None:
+    """Record a validation cut short as one that has not finished its first batch.
+
+    Lightning stops a validation after the batch in which SIGTERM arrived (a signal during
+    an epoch's last training batch lands there too). Its resume logic then reads the
+    counters of a checkpoint saved between batches as "validation done" and skips the rest,
+    so that epoch's metrics, its best checkpoint and what they decide are lost. Counters
+    that say "one batch started, none processed" are the state from which Lightning
+    resumes a validation: it runs it again from the start (validation changes no weight,
+    so the metrics are the uninterrupted run's), then goes on training.
+    """
+    progress = trainer.fit_loop.epoch_loop.val_loop.batch_progress
+    progress.reset()
+    progress.increment_ready()
+    progress.increment_started()
