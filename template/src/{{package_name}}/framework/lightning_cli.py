@@ -7,6 +7,7 @@ Only LightningCLI's public hooks are used: `add_arguments_to_parser` (options, l
 `before_<command>` / `after_<command>` methods.
 """
 
+import pydoc
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -70,6 +71,9 @@ class ProjectCLI(LightningCLI):
       listing the keys.
     - `num_classes` is declared once, in the `data:` section, and linked into the model
       and its network.
+    - A class named in place of the example's (`--model my.Net`, or in another --config)
+      starts from its own defaults: configs/default.yaml's values for the example's class
+      never reach it.
     - After `fit`, the best checkpoint is tested when the module and data define a test
       step (`--test_after_fit false` to skip), then a summary is printed.
     - `predict --dataloader val_dataloader` predicts another split of the DataModule.
@@ -116,7 +120,9 @@ class ProjectCLI(LightningCLI):
         # num_classes, declared once in `data:`. jsonargparse (subclass mode) skips a link
         # whose source or target the chosen class lacks, so a DataModule or a module
         # without num_classes (a regressor) parses as before: no condition needed. A value
-        # given for a target (`--model.num_classes`) is replaced by the data's.
+        # given for a target (`--model.num_classes`) is replaced by the data's. The value
+        # linked from the example's data does not stay behind in a class named in place of
+        # the example's: that class starts from its own defaults (_parse_with_own_defaults).
         parser.link_arguments("data.init_args.num_classes", "model.init_args.num_classes")
         parser.link_arguments(
             "data.init_args.num_classes", "model.init_args.net.init_args.num_classes"
@@ -147,8 +153,9 @@ class ProjectCLI(LightningCLI):
         )
 
     def parse_arguments(self, parser: LightningArgumentParser, args) -> None:
-        self._words = [str(word) for word in (sys.argv[2:] if args is None else args[1:])]
-        super().parse_arguments(parser, args)
+        words = [str(word) for word in (sys.argv[1:] if args is None else args)]
+        self._words = words[1:]
+        self.config = _parse_with_own_defaults(parser, words)
         config = self.config[self.config.subcommand]
         layout = RunLayout(project_path(config.trainer.default_root_dir or DEFAULT_RUN_ROOT))
         config.trainer.default_root_dir = str(layout.root)
@@ -270,6 +277,51 @@ class ProjectCLI(LightningCLI):
             tested = trainer.test(self.model, datamodule=self.datamodule, ckpt_path=best or None)
         # log_dir is a collective call under DDP: every rank asks, only rank 0 prints.
         _print_summary(trainer, trainer.log_dir, tested)
+
+
+def _parse_with_own_defaults(parser: LightningArgumentParser, words: list[str]) -> Namespace:
+    """Parse `words`; a `model:` or `data:` class other than the example's gets its own defaults.
+
+    When a class_path changes, jsonargparse keeps every init_arg the new class also accepts
+    (its documented rule, meant for interactive overrides; jsonargparse #460). Applied to
+    configs/default.yaml, that hands the example's values to the user's classes: `--data
+    my.Data` would read the example's `data_dir` and `batch_size`, and `--model my.Net` kept
+    the `num_classes` linked from the example's data even when my.Data declares none. The
+    values in default.yaml belong to the classes named there, so a section whose class ends
+    up another one is parsed again from `null` and that class: its own defaults, then only
+    what the user gave (command line, other --config files), in their order. A swap inside
+    a kept example (`--model.optimizer torch.optim.SGD`) still keeps `lr`: the context the
+    example's values were chosen for is still there.
+
+    `--print_config` is left out of the first parse, which would print and exit.
+    """
+    shown = [word for word in words if word.split("=", 1)[0] != "--print_config"]
+    config = parser.parse_args(shown)
+    fresh = _fresh_sections(config[config.subcommand])
+    if fresh or shown != words:
+        config = parser.parse_args([words[0], *fresh, *words[1:]])
+    return config
+
+
+def _fresh_sections(config: Namespace) -> list[str]:
+    """`--model=null --model=CLASS` (and for `data`) where CLASS is not the example's."""
+    example = yaml.safe_load(DEFAULT_CONFIG.read_text()) or {}
+    words = []
+    for key in ("model", "data"):
+        chosen = config.get(key)
+        if chosen is not None and not _is_example_class(example.get(key), chosen.class_path):
+            words += [f"--{key}=null", f"--{key}={chosen.class_path}"]
+    return words
+
+
+def _is_example_class(section, class_path: str) -> bool:
+    """Whether default.yaml's `section` names the class at `class_path` (however spelt), or none."""
+    named = section.get("class_path") if isinstance(section, dict) else section
+    if not named:
+        return True
+    if "." not in named:  # a bare class name, which jsonargparse looks up among the subclasses
+        return named == class_path.rsplit(".", 1)[-1]
+    return pydoc.locate(named) is pydoc.locate(class_path)
 
 
 def _listed(value) -> list:
