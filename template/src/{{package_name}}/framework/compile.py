@@ -7,9 +7,16 @@ Replacing only the `forward` of the chosen module by its compiled version leaves
 module tree, and so every state_dict key, as it was. (`nn.Module.compile()` keeps keys
 clean too, but on a plain `nn.Sequential` it compiles nothing at all.)
 
+The compiled forward runs from the first batch of the command's own loop on; calls before
+it (Lightning's model summary, the sanity check, other callbacks' probes) run eager. The
+model summary runs `example_input_array` through the module under a FLOP counter, a torch
+dispatch mode, and dynamo does not trace under one: it runs the frame, and every module
+forward called from it, uncompiled, and marks their code to be skipped for the rest of the
+process. A forward first compiled there would never compile at all.
+
 The callback also refuses to pretend: after the first batch it checks that dynamo really
 compiled a graph (torch has no public "did this compile" query: see private_apis.py), and
-a compilation error names the module and the option to change.
+a compilation error names the module and the option to change, in one paragraph.
 """
 
 import functools
@@ -21,10 +28,11 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 
+from .health.errors import HealthCheckFailed
 from .private_apis import DynamoError, compiled_graph_count, has_compiled_code
 
 
-class CompileError(RuntimeError):
+class CompileError(HealthCheckFailed):
     """torch.compile failed, or compiled nothing, and `fallback_to_eager` is off."""
 
 
@@ -63,7 +71,8 @@ class TorchCompile(L.Callback):
         self.fallback_to_eager = fallback_to_eager
         self.compiled = False  # dynamo captured a graph of the target's forward
         self._target: nn.Module | None = None
-        self._eager = True
+        self._eager = False  # fell back to eager after a failure
+        self._live = False  # the command's own loop has begun: forward runs compiled
         self._calls = 0  # calls of the compiled forward
         self._calls_before_first_batch = 0
         self._checked = False
@@ -89,24 +98,24 @@ class TorchCompile(L.Callback):
         )
         # An instance attribute: no new submodule, so no `_orig_mod.` in the state_dict.
         target.forward = self._guard(compiled_forward, eager_forward)
-        self._target, self._eager = target, False
+        self._target = target
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self._target is not None and "forward" in vars(self._target):
             del self._target.forward  # the class's own forward again
-        self._target = None
+        self._target, self._live = None, False
 
-    # The first batch of the command's own loop (training, in fit) must run the compiled
-    # forward: a module whose steps bypass it would otherwise train uncompiled, silently.
+    # The batches of the command's own loop (training, in fit) run the compiled forward,
+    # and the first must: a module whose steps bypass it would train uncompiled, silently.
     def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
-        self._first_batch_start()
+        self._batch_start()
 
     def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
         self._first_batch_end()
 
     def on_validation_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
         if trainer.state.fn == "validate":
-            self._first_batch_start()
+            self._batch_start()
 
     def on_validation_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
         if trainer.state.fn == "validate":
@@ -114,30 +123,42 @@ class TorchCompile(L.Callback):
 
     def on_test_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
         if trainer.state.fn == "test":
-            self._first_batch_start()
+            self._batch_start()
 
     def on_test_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
         if trainer.state.fn == "test":
             self._first_batch_end()
 
     def on_predict_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
-        self._first_batch_start()
+        self._batch_start()
 
     def on_predict_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
         self._first_batch_end()
 
-    def _first_batch_start(self) -> None:
+    def _batch_start(self) -> None:
+        self._live = True
         self._calls_before_first_batch = self._calls
 
     def _first_batch_end(self) -> None:
         if self._checked or self._eager:
             return
         self._checked = True
-        if self._calls == self._calls_before_first_batch or not self.compiled:
+        if self._calls == self._calls_before_first_batch:
             self._fail(
-                f"torch.compile compiled nothing: {self._name}.forward did not run compiled in "
-                "the first batch, so the run would be uncompiled. Point `submodule:` of the "
+                f"torch.compile compiled nothing: the steps did not call {self._name}.forward "
+                "in the first batch, so the run would be uncompiled. Point `submodule:` of the "
                 "TorchCompile callback at the module the steps call (e.g. 'net').",
+                None,
+            )
+        elif not self.compiled:
+            self._fail(
+                f"torch.compile compiled nothing: {self._name}.forward ran in the first batch, "
+                "but dynamo skipped it, so the run would be uncompiled. Dynamo skips a function "
+                "wrapped in `torch.compiler.disable`, and, for the rest of the process, code it "
+                "first met under a torch dispatch mode (a FLOP counter such as "
+                "`torch.utils.flop_counter.FlopCounterMode`). Run with `TORCH_LOGS=+dynamo` and "
+                "look for 'skipping: forward' to see why, or set `fallback_to_eager: true` in the "
+                "TorchCompile callback to train uncompiled.",
                 None,
             )
 
@@ -151,7 +172,7 @@ class TorchCompile(L.Callback):
 
         @functools.wraps(eager)
         def forward(*args: Any, **kwargs: Any) -> Any:
-            if self._eager:
+            if self._eager or not self._live:
                 return eager(*args, **kwargs)
             before = compiled_graph_count()
             self._calls += 1
