@@ -215,7 +215,10 @@ def compile_config(context: Context) -> Result:
             f"mode {mode} relies on CUDA graphs, which do nothing on {kind}",
             "use mode `default` off CUDA",
         )
-    return passed(f"mode {mode or 'default'}, backend {backend}, torch {machine.torch_version}")
+    return passed(
+        f"mode {mode or 'default'}, backend {backend}, torch {machine.torch_version}; "
+        "whether your model compiles: `doctor --try`"
+    )
 
 
 @check("DR008", "ddp-devices")
