@@ -36,7 +36,8 @@ import yaml
 from jsonargparse import ArgumentParser, Namespace
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
-from .inspect_ckpt import load_checkpoint
+from .consolidate import one_process_checkpoint
+from .inspect_ckpt import is_sharded, load_checkpoint
 from .paths import RunLayout, project_path
 from .trusted_classes import class_paths, refuse_untrusted
 
@@ -44,24 +45,29 @@ _ABSENT = "(not set)"
 LIGHTNING_NAMES = ("best", "hpc", "registry")  # --ckpt_path values Lightning resolves itself
 
 
-def checkpoint_file(ckpt_path: str | None, layout: RunLayout) -> Path | None:
-    """The file a `--ckpt_path` names, None for a name Lightning resolves or a remote path.
+def checkpoint_file(command: str, config: Namespace, layout: RunLayout) -> Path | None:
+    """The file the command's `--ckpt_path` names, None for a name Lightning resolves, a
+    remote path, or a folder Lightning reads.
 
     `last` is `<root>/checkpoints/last.ckpt` when it exists (else Lightning warns and
     starts from scratch); a relative path is relative to the project; a missing file
-    stops here, before any work.
+    stops here, before any work. A folder of shards (an FSDP2 checkpoint) is left to a
+    strategy that reads shards, else gathered into a temporary file (consolidate.py).
     """
+    ckpt_path = config.get("ckpt_path")
     if not ckpt_path or "://" in ckpt_path or ckpt_path.split(":")[0] in LIGHTNING_NAMES:
         return None
-    if ckpt_path == "last":
-        return layout.last if layout.last.is_file() else None
-    path = project_path(ckpt_path)
+    if ckpt_path == "last" and not layout.last.exists():
+        return None
+    path = layout.last if ckpt_path == "last" else project_path(ckpt_path)
     if not path.exists():
         sys.exit(
             f"error: --ckpt_path {ckpt_path}: no such file ({path}). Give a checkpoint file, "
             "or `last` / `best` for the run in --trainer.default_root_dir."
         )
-    return path if path.is_file() else None  # a folder: a sharded checkpoint, Lightning's
+    if is_sharded(path):
+        return one_process_checkpoint(command, path, config.trainer.get("strategy"))
+    return path if path.is_file() else None  # another kind of folder: Lightning's
 
 
 # A checkpoint's hyperparameter sections -> the config section each was made from.

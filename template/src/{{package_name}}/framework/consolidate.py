@@ -4,51 +4,104 @@
 FSDP2 runs (configs/presets/fsdp2.yaml) save each checkpoint as a folder: every rank's
 shards in torch distributed checkpoint (DCP) files, plus Lightning's `meta.pt` (loop
 counters, callback states, hyperparameters). Only a run with the same strategy reads it.
-This tool gathers the shards into full tensors (`dcp_to_torch_save`, in this one process,
-so the model must fit in CPU memory) and writes a regular Lightning checkpoint that
-`validate`, `test`, `predict`, `export`, `inspect-ckpt` and `fit --init_from` read.
+This tool gathers the shards into full tensors (in this one process, through
+`load_checkpoint`, so the model must fit in CPU memory) and writes a regular Lightning
+checkpoint that `validate`, `test`, `predict`, `export`, `inspect-ckpt` and `fit --init_from`
+read without gathering it again.
 
 The optimizer states are left out: DCP keys them by parameter name, which a single
 process cannot load into its optimizer. Resume training from the folder itself.
 The output goes to `<checkpoints>/consolidated/`, out of the way of `--ckpt_path last`
 (which takes the newest file named `last*` in the checkpoint folder).
+
+`validate`, `test` and `predict` in one process also take the folder itself (`--ckpt_path
+last` included): `gathered_copy` writes it to a temporary file for that command alone.
 """
 
 import argparse
+import atexit
+import importlib
+import shutil
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
-from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+from jsonargparse import Namespace
+from lightning.pytorch.strategies import FSDPStrategy, ModelParallelStrategy, StrategyRegistry
+from lightning.pytorch.utilities import rank_zero_info
 
 from .checkpoint_io import AtomicCheckpointIO
+from .inspect_ckpt import is_sharded, load_checkpoint
 from .paths import project_path
 
-METADATA = "meta.pt"  # Lightning's name for the non-tensor part of a distributed checkpoint
+PROG = f"python -m {__package__.split('.')[0]}"
+SHARD_READERS = (ModelParallelStrategy, FSDPStrategy)  # load_checkpoint reads a DCP folder
 
 
 def consolidate(folder: Path, output: Path) -> Path:
     """Write the full checkpoint of the DCP `folder` to `output`; returns `output`."""
-    if not (folder / ".metadata").is_file():
+    if not is_sharded(folder):
         sys.exit(
             f"error: {folder} is not a distributed checkpoint folder (no `.metadata` file in "
             "it). Pass a checkpoint folder of an FSDP2 run, e.g. runs/<run>/checkpoints/last.ckpt; "
             "a checkpoint file needs no consolidation."
         )
-    output.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=output.parent) as tmp:  # gathered on the same disk
-        gathered = Path(tmp) / "gathered.pt"
-        dcp_to_torch_save(folder, gathered)
-        checkpoint = torch.load(gathered, map_location="cpu", weights_only=True)
-    metadata = folder / METADATA
-    if metadata.is_file():
-        checkpoint.update(torch.load(metadata, map_location="cpu", weights_only=True))
-    for key in [key for key in checkpoint if key.startswith("optimizer_")]:
-        del checkpoint[key]
-    AtomicCheckpointIO().save_checkpoint(checkpoint, output)
+    AtomicCheckpointIO().save_checkpoint(load_checkpoint(folder), output)
     return output
+
+
+def one_process_checkpoint(command: str, folder: Path, strategy: Any) -> Path | None:
+    """What `--ckpt_path` naming the DCP `folder` loads from under the trainer's `strategy`.
+
+    None (the folder itself) under a strategy that reads shards on every rank (FSDP2's
+    ModelParallelStrategy, FSDP). Under any other strategy, a gathered copy for validate,
+    test and predict; a fit is refused, since the copy lacks the optimizer states a
+    resume restores.
+    """
+    if issubclass(_strategy_class(strategy), SHARD_READERS):
+        return None
+    if command == "fit":
+        sys.exit(
+            f"error: --ckpt_path {folder} is a folder of shards (an FSDP2 checkpoint): only a "
+            "fit with the strategy and process count that wrote it resumes from it (`fit "
+            "--config configs/presets/fsdp2.yaml --trainer.devices N --ckpt_path ...`), since "
+            "its optimizer states are sharded by parameter. To start a new run from its "
+            f"weights in this setting, pass it as `--init_from {folder}` instead."
+        )
+    return gathered_copy(folder)
+
+
+def _strategy_class(strategy: Any) -> type:
+    """The class of a trainer `strategy` value: a registered name, a class_path, an object."""
+    if isinstance(strategy, str):
+        known = strategy in StrategyRegistry  # else "auto": never a shard reader
+        return StrategyRegistry[strategy]["strategy"] if known else object
+    class_path = strategy.get("class_path") if isinstance(strategy, Namespace | dict) else None
+    if class_path:
+        module, _, name = str(class_path).rpartition(".")
+        return getattr(importlib.import_module(module), name)
+    return type(strategy)
+
+
+def gathered_copy(folder: Path) -> Path:
+    """The checkpoint of the DCP `folder` as a temporary file, deleted when this process exits.
+
+    For a command whose strategy reads only files: the temporary folder is new, so no file
+    of the user's is ever written over, and the run's checkpoint folder stays untouched.
+    """
+    scratch = Path(tempfile.mkdtemp(prefix="gathered-"))
+    atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+    copy = scratch / folder.name
+    torch.save(load_checkpoint(folder), copy)
+    rank_zero_info(
+        f"{folder} is a folder of shards (an FSDP2 checkpoint): gathered for this process into "
+        f"{copy} (weights and run state; deleted at exit). `{PROG} consolidate-ckpt {folder}` "
+        "writes one file to reuse instead."
+    )
+    return copy
 
 
 def consolidate_checkpoint(argv: Sequence[str]) -> int:

@@ -35,7 +35,8 @@ import yaml
 from lightning.pytorch import LightningDataModule, LightningModule
 
 from .checkpoint_hparams import recorded_arguments, with_recorded_arguments
-from .inspect_ckpt import load_checkpoint
+from .consolidate import gathered_copy
+from .inspect_ckpt import is_sharded, load_checkpoint
 from .paths import DEFAULT_CONFIG, project_path
 from .trusted_classes import class_paths, refuse_untrusted
 
@@ -225,7 +226,7 @@ def _max_diff(outputs: list[torch.Tensor], expected: list[torch.Tensor]) -> floa
 
 def export(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="export", description=__doc__)
-    parser.add_argument("checkpoint", type=Path, help="a .ckpt file")
+    parser.add_argument("checkpoint", type=Path, help="a .ckpt file (or an FSDP2 run's folder)")
     parser.add_argument("--output", type=Path, help="folder (default: next to the checkpoint)")
     parser.add_argument("--tolerance", type=float, default=1e-4, help="max abs difference")
     parser.add_argument(
@@ -237,8 +238,10 @@ def export(argv: Sequence[str]) -> int:
     )
     args = parser.parse_args(argv)
     path = project_path(args.checkpoint)
-    checkpoint = load_checkpoint(path)
-    model, datamodule = rebuild(path, checkpoint, args.trust)
+    # Lightning's load_from_checkpoint reads files only: an FSDP2 folder is gathered first.
+    source = gathered_copy(path) if is_sharded(path) else path
+    checkpoint = load_checkpoint(source)
+    model, datamodule = rebuild(source, checkpoint, args.trust)
     model.eval()
     inputs = sample_inputs(model, datamodule)
     output = args.output or path.parent

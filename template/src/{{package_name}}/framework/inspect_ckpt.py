@@ -4,23 +4,39 @@
 It prints the counters, versions, hyperparameters and the provenance record (commit,
 versions, seed, dataset, config: see provenance.py); `--config` prints the resolved config
 the run was started with, as YAML.
+
+`load_checkpoint` is the one loader every command reads checkpoints through. It reads a
+folder of shards (what an FSDP2 run saves, configs/presets/fsdp2.yaml) too, gathered into
+full tensors in this process (through a temporary file in $TMPDIR): weights and run state,
+without the optimizer states, which torch's distributed checkpoint keys by parameter name,
+so no single-process optimizer loads them.
 """
 
 import argparse
 import json
 import sys
+import tempfile
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+SHARD_INDEX = ".metadata"  # torch distributed checkpoint's index in a folder of shards
+RUN_STATE = "meta.pt"  # Lightning's file for the rest (counters, callbacks, hyperparameters)
 
 
 def load_checkpoint(path: Path) -> dict:
-    """`torch.load(weights_only=True)` with a one-paragraph error for a bad file."""
+    """`torch.load(weights_only=True)` with a one-paragraph error for a bad file; a folder of
+    shards gathered (see above)."""
+    if is_sharded(path):
+        return _gathered(path)
     if not path.is_file():
+        problem = "is a folder, not a checkpoint" if path.is_dir() else "does not exist"
         sys.exit(
-            f"error: checkpoint {path} does not exist. Check the path (runs keep them in <root>/checkpoints/)."
+            f"error: checkpoint {path} {problem}. Check the path (runs keep them in "
+            "<root>/checkpoints/: files, or folders of shards that FSDP2 runs save)."
         )
     fix = "use another file, e.g. last.ckpt or an earlier epoch's, from <root>/checkpoints/."
     if not zipfile.is_zipfile(path):  # what torch.save writes; torch's own error is misleading
@@ -38,6 +54,36 @@ def load_checkpoint(path: Path) -> dict:
             "It may be damaged, or hold objects a weights-only load refuses (it never runs "
             f"code from a file); {fix}"
         )
+    return _lightning_checkpoint(checkpoint, path)
+
+
+def is_sharded(path: Path) -> bool:
+    """A folder of shards (torch distributed checkpoint), as FSDP2 runs save, not a file."""
+    return path.is_dir() and (path / SHARD_INDEX).is_file()
+
+
+def _gathered(folder: Path) -> dict:
+    """The shards of `folder` as full tensors, with the run state, minus optimizer states."""
+    with tempfile.TemporaryDirectory() as tmp:
+        gathered = Path(tmp) / "gathered.pt"
+        try:
+            dcp_to_torch_save(folder, gathered)
+        except Exception as error:  # torch raises several types for damaged shards
+            first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            sys.exit(
+                f"error: {folder} is a folder of shards that cannot be read "
+                f"({type(error).__name__}: {first_line}). A shard may be missing or damaged "
+                "(an interrupted save or copy); use another checkpoint from <root>/checkpoints/."
+            )
+        checkpoint = torch.load(gathered, map_location="cpu", weights_only=True)
+    if (folder / RUN_STATE).is_file():
+        checkpoint.update(torch.load(folder / RUN_STATE, map_location="cpu", weights_only=True))
+    weights = {key: value for key, value in checkpoint.items() if not key.startswith("optimizer_")}
+    return _lightning_checkpoint(weights, folder)
+
+
+def _lightning_checkpoint(checkpoint: object, path: Path) -> dict:
+    """`checkpoint` when it is a Lightning checkpoint (it has a `state_dict`), else stop."""
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
         sys.exit(
             f"error: {path} holds no `state_dict`: it is not a Lightning checkpoint (a file "
@@ -70,7 +116,7 @@ def summarize(checkpoint: dict) -> dict:
 def inspect_checkpoint(argv: Sequence[str]) -> int:
     prog = f"python -m {__package__.split('.')[0]} inspect-ckpt"
     parser = argparse.ArgumentParser(prog=prog, description=__doc__)
-    parser.add_argument("path", type=Path, help="a .ckpt file")
+    parser.add_argument("path", type=Path, help="a .ckpt file (or an FSDP2 run's folder)")
     parser.add_argument("--config", action="store_true", help="print the run's resolved config")
     args = parser.parse_args(argv)
     checkpoint = load_checkpoint(args.path)

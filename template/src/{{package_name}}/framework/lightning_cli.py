@@ -163,7 +163,7 @@ class ProjectCLI(LightningCLI):
         if config.get("ckpt_path") == "best" and self.config.subcommand != "fit":
             config.ckpt_path = str(_best_checkpoint(layout))
         refuse_bad_input(self.config.subcommand, config)
-        checkpoint = checkpoint_file(config.get("ckpt_path"), layout)
+        checkpoint = checkpoint_file(self.config.subcommand, config, layout)
         if checkpoint:  # read (and its classes checked) before LightningCLI reads it
             config.ckpt_path = str(checkpoint)
             self._checkpoint_hparams = CheckpointHparams(

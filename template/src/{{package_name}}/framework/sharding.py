@@ -15,10 +15,12 @@ sharded when nothing is sharded yet, which also keeps the hook idempotent (fit, 
 Runs on CUDA (NCCL) and on CPU (gloo), where it is tested with two processes.
 """
 
+import sys
 from collections.abc import Callable
 
 import lightning as L
 from lightning.pytorch.strategies import ModelParallelStrategy
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 from torch.distributed.fsdp import FSDPModule, fully_shard
 
@@ -29,9 +31,14 @@ class FSDP2Strategy(ModelParallelStrategy):
     Args:
         blocks: class names (`TransformerEncoderLayer`) or dotted paths
             (`torch.nn.TransformerEncoderLayer`) of the submodules that become shard units:
-            one all-gather each before its forward and backward. Empty (the default): the
-            parameter-holding children of the first module, from the root down, that has
-            more than one (for a module wrapping one injected `net`, the net's layers).
+            one all-gather each before its forward and backward (a ModuleList or ModuleDict
+            named here stands for its members). Empty (the default): read from the module
+            itself, the members of its outermost ModuleLists / ModuleDicts (the repeated
+            layers: transformer blocks, ResNet stages) and its `nn.Embedding`s; in a model
+            without such containers, the parameter-holding children of the first module,
+            from the root down, that has more than one (for a module wrapping one injected
+            `net`, the net's layers). Either way, weights tied across units (GPT-2's input
+            and output embedding) stay in the root unit with whatever no unit holds.
         reshard_after_forward: free each block's gathered parameters after its forward
             (gathered again for backward): less memory, one more all-gather per block.
         save_distributed_checkpoint: each rank saves its shard into a checkpoint folder
@@ -77,7 +84,10 @@ class FSDP2Strategy(ModelParallelStrategy):
         if any(isinstance(m, FSDPModule) for m in module.modules()):
             return  # sharded by the module itself, or by an earlier stage of this run
         mesh = self.device_mesh["data_parallel"]
-        units = find_blocks(module, self.blocks)
+        try:
+            units = find_blocks(module, self.blocks)
+        except ValueError as error:  # a preset naming no class the module has
+            sys.exit(f"error: {error}" if self.is_global_zero else 1)  # said once, not per rank
         # Innermost first: fully_shard on a parent skips parameters its children hold.
         for block in reversed(units):
             fully_shard(block, mesh=mesh, reshard_after_forward=self.reshard_after_forward)
@@ -103,13 +113,31 @@ def _then_shard(
 
 
 def find_blocks(module: nn.Module, blocks: list[str]) -> list[nn.Module]:
-    """The submodules named by class in `blocks`, or the default blocks (see FSDP2Strategy)."""
-    if not blocks:
-        while True:
-            children = [c for c in module.children() if any(True for _ in c.parameters())]
-            if len(children) != 1:
-                return children
-            module = children[0]
+    """The shard units under `module`: the submodules named by class in `blocks`, else the
+    default units (see FSDP2Strategy).
+
+    `fully_shard` refuses two things a plain choice would hand it: a container without
+    `forward` (ModuleList, ModuleDict), which stands for its members here, and a parameter
+    split between two units (weights tied between modules), so a unit holding a parameter
+    that a module outside it holds too is left to the root unit. The units come in
+    `module.modules()` order (parents before children): sharded in reverse, innermost first.
+    """
+    found = _named_units(module, blocks) if blocks else _default_units(module)
+    chosen = list({id(m): m for m in found}.values())  # a module named twice is one unit
+    tied = _tied_outside(module, chosen)
+    if blocks and tied:
+        rank_zero_warn(
+            f"FSDP2Strategy(blocks={blocks}): {_listed(module, tied)} share weights with "
+            "modules outside them (tied weights), which one shard unit must hold together: "
+            "they stay in the root unit. Name a class that holds both ends of the tie, or "
+            "leave `blocks:` empty for the default units."
+        )
+    order = {id(m): index for index, m in enumerate(module.modules())}
+    return sorted((m for m in chosen if m not in tied), key=lambda m: order[id(m)])
+
+
+def _named_units(module: nn.Module, blocks: list[str]) -> list[nn.Module]:
+    """The submodules whose class `blocks` names (a container: its members)."""
     found = [m for m in list(module.modules())[1:] if _class_names(m) & set(blocks)]
     if not found:
         present = sorted({type(m).__name__ for m in module.modules()})
@@ -117,9 +145,77 @@ def find_blocks(module: nn.Module, blocks: list[str]) -> list[nn.Module]:
             f"FSDP2Strategy(blocks={blocks}): no submodule of {type(module).__name__} is of "
             f"these classes, so nothing would be sharded per block. Its classes are: "
             f"{', '.join(present)}. Name some of them in the preset's `blocks:`, or leave it "
-            "empty for the default blocks."
+            "empty for the default units."
         )
-    return found
+    return [unit for m in found for unit in _runnable(m)]
+
+
+def _default_units(module: nn.Module) -> list[nn.Module]:
+    """The members of the outermost containers (repeated layers) and the embeddings.
+
+    A model without containers: the parameter-holding children of the first module,
+    from the root down, that has more than one (for a module wrapping one injected
+    `net`, the net's layers), and its embeddings.
+    """
+    layers = _container_members(module)
+    inside = {id(m) for layer in layers for m in layer.modules()}
+    embeddings = [
+        m for m in module.modules() if isinstance(m, nn.Embedding) and id(m) not in inside
+    ]
+    return [*(layers or _first_branch(module)), *embeddings]
+
+
+def _container_members(module: nn.Module) -> list[nn.Module]:
+    """The parameter-holding members of each container without `forward`, outermost only."""
+    if _is_container(module):
+        return _runnable(module)
+    return [unit for child in module.children() for unit in _container_members(child)]
+
+
+def _first_branch(module: nn.Module) -> list[nn.Module]:
+    while True:
+        children = [c for c in module.children() if _holds_parameters(c)]
+        if len(children) != 1:
+            return children
+        module = children[0]
+
+
+def _runnable(module: nn.Module) -> list[nn.Module]:
+    """`module` itself, or for a container without `forward`, its members (recursively)."""
+    if not _is_container(module):
+        return [module]
+    return [unit for m in module.children() if _holds_parameters(m) for unit in _runnable(m)]
+
+
+def _is_container(module: nn.Module) -> bool:
+    """What `fully_shard` refuses: a ModuleList / ModuleDict that does not define forward."""
+    return (
+        isinstance(module, nn.ModuleList | nn.ModuleDict)
+        and type(module).forward is nn.Module.forward
+    )
+
+
+def _holds_parameters(module: nn.Module) -> bool:
+    return any(True for _ in module.parameters())
+
+
+def _tied_outside(root: nn.Module, units: list[nn.Module]) -> list[nn.Module]:
+    """The units holding a parameter that a module outside the unit holds too."""
+    holders: dict[int, set[int]] = {}
+    for m in root.modules():
+        for parameter in m.parameters(recurse=False):
+            holders.setdefault(id(parameter), set()).add(id(m))
+    tied = []
+    for unit in units:
+        inside = {id(m) for m in unit.modules()}
+        if any(holders[id(p)] - inside for p in unit.parameters()):
+            tied.append(unit)
+    return tied
+
+
+def _listed(root: nn.Module, modules: list[nn.Module]) -> str:
+    names = {id(m): name for name, m in root.named_modules()}
+    return ", ".join(f"{names[id(m)]} ({type(m).__name__})" for m in modules)
 
 
 def _class_names(module: nn.Module) -> set[str]:
