@@ -29,7 +29,7 @@ Checkpoints are written every `every_n_train_steps` by the `last.ckpt` ModelChec
 
 import random
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import lightning as L
 import numpy as np
@@ -95,6 +95,7 @@ class ResumeState(L.Callback):
     def __init__(self) -> None:
         self._trainer: L.Trainer | None = None
         self._to_restore: dict[str, Any] | None = None
+        self._next_epoch: _NextEpoch | None = None
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self._trainer = trainer
@@ -119,20 +120,25 @@ class ResumeState(L.Callback):
         if self._to_restore is None:
             return
         loaders = _train_loaders(trainer)
+        stateful = _stateful(loaders)
         states = self._to_restore.get("loaders", [])
-        for loader, state in zip(_stateful(loaders), states, strict=False):
+        generators = self._to_restore.get("generators", [])
+        epoch_done = _epoch_done(trainer)
+        for loader, state in zip(stateful, states, strict=False):
             loader.load_state_dict(state)
-            if isinstance(loader, StatefulDataLoader) and _epoch_done(trainer):
+            if isinstance(loader, StatefulDataLoader) and epoch_done:
                 for _ in loader:  # saved at the epoch's end: step past it, so the next
                     pass  # iteration is the next epoch, in the order the saved RNG gives
+        if epoch_done:  # the next iterator made starts the next epoch
+            _set_generator_states(stateful, generators)
+            self._next_epoch = _NextEpoch(trainer.current_epoch, trainer.global_step, generators)
         if states and trainer.fit_loop._data_fetcher is not None:
             # The fit loop's iterator was made before these states were loaded: make it
             # again (what Lightning's own fix for #20550 does).
             iter(trainer.fit_loop._data_fetcher)
-        generators = self._to_restore.get("generators", [])
-        for loader, saved in zip(_stateful(loaders), generators, strict=False):
-            _set_generator_states(loader, saved)
-        if len(_stateful(loaders)) < len(loaders) and _mid_epoch(trainer):
+        if not epoch_done:  # that iterator replayed the epoch up to the saved position
+            _set_generator_states(stateful, generators)
+        if len(stateful) < len(loaders) and _mid_epoch(trainer):
             rank_zero_warn(
                 "Resuming in the middle of an epoch with a train DataLoader that cannot save "
                 "its position: the rest of this epoch is drawn in a new order, so the run is "
@@ -142,6 +148,29 @@ class ResumeState(L.Callback):
             )
         set_rng_states(self._to_restore["rng"])  # last: starting workers draws from it
         self._to_restore = None
+
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Undo the draws of a next-epoch iterator that Lightning made anew instead of using.
+
+        Resumed from the end of an epoch, the iterator `on_train_start` makes is the next
+        epoch's, and Lightning trains on it, unless the saved epoch was still unfinished (a
+        validation cut short, run again first): then Lightning makes its own when the next
+        epoch starts, and that one must draw from the generators as saved.
+        """
+        pending = self._next_epoch
+        if pending is None or trainer.current_epoch == pending.epoch:
+            return
+        self._next_epoch = None
+        if trainer.global_step == pending.step:  # no batch drawn since: ours went unused
+            _set_generator_states(_stateful(_train_loaders(trainer)), pending.generators)
+
+
+class _NextEpoch(NamedTuple):
+    """Where a resume from an epoch's end stood, and the loaders' generators as saved."""
+
+    epoch: int
+    step: int
+    generators: list[list[torch.Tensor]]
 
 
 def _generators(loader: Any) -> list[torch.Generator]:
@@ -158,8 +187,8 @@ def _generator_states(loader: Any) -> list[torch.Tensor]:
     return [generator.get_state() for generator in _generators(loader)]
 
 
-def _set_generator_states(loader: Any, states: list[torch.Tensor]) -> None:
-    """Put the loader's generators where they stood when the checkpoint was saved.
+def _set_generator_states(loaders: list[Any], states: list[list[torch.Tensor]]) -> None:
+    """Put the loaders' generators where they stood when the checkpoint was saved.
 
     torchdata restores a shuffling sampler's generator to where it stood when the epoch's
     iterator was made, then draws the permutation again; but making an iterator also draws
@@ -168,10 +197,11 @@ def _set_generator_states(loader: Any, states: list[torch.Tensor]) -> None:
     differs from the uninterrupted run's whenever a loader is given a generator (with
     worker processes too; measured with `num_workers=0`).
     """
-    generators = _generators(loader)
-    if len(generators) == len(states):
-        for generator, state in zip(generators, states, strict=True):
-            generator.set_state(state)
+    for loader, saved in zip(loaders, states, strict=False):
+        generators = _generators(loader)
+        if len(generators) == len(saved):
+            for generator, state in zip(generators, saved, strict=True):
+                generator.set_state(state)
 
 
 def _train_loaders(trainer: L.Trainer) -> list[Any]:
