@@ -3,7 +3,7 @@
 
 Everything is checked before the first trial starts: the spec (spec.py), the fit options
 and every edge of the search space, parsed as `fit` parses them (nothing is built), and,
-on a rerun, that the spec still describes the sweep in the folder.
+on a rerun, that the journal is intact and the spec still describes the sweep in the folder.
 """
 
 import argparse
@@ -100,6 +100,8 @@ def _sweep(args: argparse.Namespace, cli_options: list[str]) -> int:
             "sweep at the same time give it its own `--name`."
         ) from None
     try:
+        if repaired := sweep.check_journal():
+            say(repaired)
         if args.launcher == "slurm":
             flags = {"partition": args.partition, "gpus_per_node": args.gpus_per_node}
             status = run_slurm(

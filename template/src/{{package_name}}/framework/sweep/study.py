@@ -4,6 +4,7 @@
 ```
 runs/sweeps/<name>/
   optuna.journal       the study: every trial, its parameters, state, values, user attrs
+  optuna.journal.cut   records found cut short at the journal's end (check_journal)
   sweep.lock           held by the one `sweep` process driving this folder
   trial-0000/          trial 0's run root (seeds: trial-0000/seed-<seed>/, one root each)
   slurm/               submitit's job files and logs (--launcher slurm)
@@ -15,6 +16,7 @@ on a shared filesystem and by `optuna-dashboard runs/sweeps/<name>/optuna.journa
 """
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -95,6 +97,29 @@ class Sweep:
             )
         return study
 
+    def check_journal(self) -> str | None:
+        """Refuse a damaged journal before any trial starts; drop a record cut short at its end.
+
+        Optuna appends one JSON record per line. Reading, it skips a last line without its
+        line end (a write cut short) and fails on any other line that is no record; the next
+        append fuses with a cut-short record into such a line. So, under the journal's own
+        lock: a cut-short last record (a crash, a full disk, a truncated copy) is moved to
+        optuna.journal.cut, where Optuna never read it; any other damage is a SpecError
+        naming the file and the line, the file left as it is. Returns what was repaired.
+        """
+        from optuna.storages.journal import JournalFileSymlinkLock
+
+        if not self.journal.is_file():
+            return None
+        lock = JournalFileSymlinkLock(str(self.journal))
+        lock.acquire()
+        try:
+            note = _check_journal(self.journal)
+        finally:
+            lock.release()
+        _check_replay(self.journal)
+        return note
+
     def distributions(self) -> dict[str, Any]:
         return {key: param.distribution() for key, param in self.spec.space.items()}
 
@@ -107,6 +132,61 @@ class Sweep:
             for key, value in params.items()
             if key in self.spec.space
         ]
+
+
+def _check_journal(journal: Path) -> str | None:
+    data = journal.read_bytes()
+    *lines, tail = data.split(b"\n")  # tail: b"" when the last record ends its line
+    for number, line in enumerate(lines, start=1):
+        if (problem := _record_problem(line)) is not None:
+            shown = line[:60].decode("utf-8", "replace")
+            raise SpecError(
+                f"{journal} is damaged: line {number} ({shown!r}) is {problem}. That file is "
+                "the sweep's study (every trial, its values and state), so nothing was started "
+                "and the file was left as it is. Restore it from a backup; or, if that line "
+                "is no record Optuna wrote (something added to the file), delete it "
+                f"(`sed -i.bak '{number}d' {journal}` keeps the damaged file as "
+                f"{journal.name}.bak) and rerun: the sweep checks the file again first."
+            )
+    if not tail:
+        return None
+    cut = journal.with_name(f"{journal.name}.cut")
+    with cut.open("ab") as out:
+        out.write(tail + b"\n")
+    with journal.open("r+b") as out:
+        out.truncate(len(data) - len(tail))
+        os.fsync(out.fileno())
+    return (
+        f"{journal} ended in a record cut short (a write a crash or a full disk interrupted; "
+        f"Optuna never read it): moved its {len(tail)} bytes to {cut}"
+    )
+
+
+def _record_problem(line: bytes) -> str | None:
+    """Why a line of the journal is not a record Optuna wrote; None when it is one."""
+    try:
+        record = json.loads(line)
+    except ValueError:  # JSONDecodeError, UnicodeDecodeError
+        return "not JSON"
+    if not isinstance(record, dict) or not isinstance(record.get("op_code"), int):
+        return "JSON but no Optuna record (no op_code)"
+    return None
+
+
+def _check_replay(journal: Path) -> None:
+    """Every line is a record: Optuna must also be able to replay them, in order."""
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    try:
+        JournalStorage(JournalFileBackend(str(journal))).get_all_studies()
+    except Exception as error:  # a record out of place fails Optuna's replay with any type
+        raise SpecError(
+            f"{journal} holds records Optuna cannot replay ({type(error).__name__}: {error}): "
+            "a line was removed or changed by hand. That file is the sweep's study, so "
+            "nothing was started and the file was left as it is. Restore it from a backup, "
+            "or start the sweep anew with `--name NEW_NAME` (its own folder)."
+        ) from None
 
 
 def trial_id(storage: Any, study_name: str, number: int) -> int:
