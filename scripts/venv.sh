@@ -6,6 +6,10 @@
 # package index pip is configured with (PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, PIP_FIND_LINKS
 # or `pip config`: a mirror, a wheel folder); else PyTorch's CPU wheel index, since a
 # plain `pip install torch` from PyPI pulls GBs of CUDA wheels. One line says which.
+# pip's config is read into a variable, then matched: under the callers' `pipefail`,
+# `pip config list | grep -q` fails whenever grep exits at its match before pip has
+# written everything (pip dies of SIGPIPE), which sent a configured (often offline)
+# machine to PyTorch's index, through minutes of retries.
 if [ ! -x .venv/bin/python ]; then
   if python3 -c "import torch" 2>/dev/null; then
     python3 -m venv --system-site-packages .venv
@@ -18,7 +22,8 @@ py="$PWD/.venv/bin/python"
 torch_cpu_index=https://download.pytorch.org/whl/cpu
 if torch_version=$("$py" -c "import torch; print(torch.__version__)" 2>/dev/null); then
   echo "torch: $torch_version, already installed"
-elif "$py" -m pip config list 2>/dev/null | grep -qE '\.(index-url|extra-index-url|find-links)='; then
+elif pip_config=$("$py" -m pip config list 2>/dev/null) &&
+  [[ $pip_config =~ \.(index-url|extra-index-url|find-links)= ]]; then
   echo "torch: from the package index pip is configured with (see: pip config list)"
   "$py" -m pip install -q torch
 else

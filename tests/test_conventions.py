@@ -279,8 +279,9 @@ case "$*" in
   "-c import torch")  [ -n "$SYSTEM_TORCH" ] ;;
   "-c import torch; print(torch.__version__)")
     [ -e .venv/system-site ] && echo 2.13.0 ;;
-  "-m pip config list")
-    [ -n "$PIP_INDEX_URL" ] && echo ":env:.index-url='$PIP_INDEX_URL'"; true ;;
+  "-m pip config list")  # a long list: more than a pipe holds after the match
+    [ -n "$PIP_INDEX_URL" ] && echo ":env:.index-url='$PIP_INDEX_URL'"
+    seq -f "global.setting-%g='x'" 50000 ;;
 esac
 """
 
@@ -310,13 +311,12 @@ def test_venv_sh_takes_torch_from_what_is_there_first(tmp_path, env, says, torch
     log = tmp_path / "log"
     result = run(
         tmp_path,
-        "bash", "-c", f"source {REPO / 'scripts' / 'venv.sh'}",
+        "bash", "-c", f"set -euo pipefail; source {REPO / 'scripts' / 'venv.sh'}",  # as test.sh
         env={"PATH": f"{bin_dir}:/usr/bin:/bin", "FAKE_LOG": str(log), "HOME": str(tmp_path), **env},
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    assert [line for line in result.stdout.splitlines() if line.startswith("torch:")] == [
-        next(line for line in result.stdout.splitlines() if says in line)
-    ]
+    said = [line for line in result.stdout.splitlines() if line.startswith("torch:")]
+    assert len(said) == 1 and says in said[0], result.stdout
     calls = log.read_text().splitlines()
     installs = [call for call in calls if call.startswith("-m pip install -q torch")]
     assert installs == ([torch_install] if torch_install else [])
