@@ -132,14 +132,28 @@ def test_every_workflow_is_schema_valid_pinned_and_zizmor_clean(rendered):
     assert {entry["package-ecosystem"] for entry in ecosystems} == {"github-actions", "pip"}
 
 
-def test_the_template_update_workflow_is_weekly_and_least_privileged(rendered):
+def test_the_template_update_workflow_runs_no_code_of_the_update_with_a_write_token(rendered):
     path = rendered("defaults") / ".github" / "workflows" / "template-update.yml"
     workflow = yaml.safe_load(path.read_text())
     assert workflow[True]["schedule"] and workflow["permissions"] == {}
-    (job,) = workflow["jobs"].values()
-    assert job["permissions"] == {"contents": "write", "pull-requests": "write"}
-    runs = "\n".join(step.get("run", "") for step in job["steps"])
-    assert "bash scripts/template_update.sh" in runs and "nox -s tests" in runs
+    jobs = workflow["jobs"]
+    runs = {name: "\n".join(s.get("run", "") for s in job["steps"]) for name, job in jobs.items()}
+    # The template's code (copier update --trust) and the project's (the tests): read-only.
+    (update,) = [name for name, run in runs.items() if "scripts/template_update.sh" in run]
+    assert jobs[update]["permissions"] == {"contents": "read"}
+    assert "nox -s tests" in runs[update]
+    # A job that may write runs nothing of the project or template: no interpreter, no
+    # script of the tree, no git hook; it checks out the default branch, not the update.
+    writers = [name for name, job in jobs.items() if "write" in job["permissions"].values()]
+    assert writers and all(jobs[name]["needs"] == update for name in writers)
+    for name in writers:
+        job, run = jobs[name], runs[name].replace("\\\n", " ")  # continued lines joined
+        assert not re.search(r"python|nox|pip |copier|pre-commit|bash |scripts/|\./|make ", run)
+        git = [line for line in run.splitlines() if re.search(r"\bgit\b.*\b(push|commit)\b", line)]
+        assert len(git) == 2 and all("--no-verify" in line for line in git), git
+        uses = {step["uses"].split("@")[0]: step for step in job["steps"] if "uses" in step}
+        assert set(uses) <= {"actions/checkout", "actions/download-artifact"}, set(uses)
+        assert uses["actions/checkout"]["with"] == {"persist-credentials": False}
     assert not (rendered("no_ci") / ".github").exists()
 
 
