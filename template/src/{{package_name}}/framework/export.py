@@ -171,17 +171,21 @@ def _leaves(output) -> list[torch.Tensor]:
     return [leaf for value in values for leaf in _leaves(value)]
 
 
-def export_safetensors(model, checkpoint: dict, path: Path) -> dict[str, torch.Tensor]:
-    from safetensors.torch import save_file
+def export_safetensors(model, checkpoint: dict, path: Path) -> None:
+    """The module's weights, with the checkpoint's provenance as the file's metadata.
+
+    Tied weights (one tensor under two names, as GPT-2's input and output embeddings) are
+    written once, under one of their names: safetensors refuses to write shared memory
+    twice. `safetensors.torch.load_model(module, path)` ties them again.
+    """
+    from safetensors.torch import save_model
 
     provenance = checkpoint.get("provenance") or {}
     metadata = {  # safetensors metadata holds strings only
         key: value if isinstance(value, str) else json.dumps(value, default=str)
         for key, value in provenance.items()
     }
-    state = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
-    save_file(state, path, metadata=metadata)
-    return state
+    save_model(model, str(path), metadata=metadata)
 
 
 def export_onnx(model: LightningModule, inputs: SampleInputs, path: Path) -> None:
@@ -251,10 +255,10 @@ def export(argv: Sequence[str]) -> int:
 
     weights_path = output / f"{path.stem}.safetensors"
     export_safetensors(model, checkpoint, weights_path)
-    from safetensors.torch import load_file
+    from safetensors.torch import load_model
 
     reloaded = copy.deepcopy(model)
-    reloaded.load_state_dict(load_file(weights_path))
+    load_model(reloaded, weights_path)
     onnx_path = output / f"{path.stem}.onnx"
     export_onnx(model, inputs, onnx_path)
     with torch.inference_mode():

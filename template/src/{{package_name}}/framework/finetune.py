@@ -37,12 +37,22 @@ def load_matching(module: torch.nn.Module, weights: dict[str, torch.Tensor]) -> 
         if k in weights and weights[k].shape != own[k].shape
     ]
     module.load_state_dict({k: weights[k] for k in matched}, strict=False)
+    tied = _other_names(module)  # a tied weight is written once (export), under one name
     return {
         "matched": matched,
-        "missing": [k for k in own if k not in weights],
+        "missing": [k for k in own if k not in weights and not tied[k] & set(matched)],
         "unexpected": [k for k in weights if k not in own],
         "shape_mismatched": shape_mismatched,
     }
+
+
+def _other_names(module: torch.nn.Module) -> dict[str, set[str]]:
+    """name -> the other names of the same tensor (tied weights; usually none)."""
+    names: dict[int, set[str]] = {}
+    state = module.state_dict(keep_vars=True)
+    for name, tensor in state.items():
+        names.setdefault(id(tensor), set()).add(name)
+    return {name: names[id(tensor)] - {name} for name, tensor in state.items()}
 
 
 class InitFromWeights(L.Callback):
