@@ -379,8 +379,12 @@ def test_changing_package_name_on_update_is_refused_before_anything_changes(rele
         update(project, data={"package_name": "renamed_probe"})
     assert git(project, "status", "--porcelain", "--untracked-files=all") == ""
     assert not (project / "src" / "renamed_probe").exists()
-    update(project)  # the same update without the rename goes through
-    assert answers(project)["package_name"] == PACKAGE
+    # The same update without the rename goes through, even to a release that refuses the
+    # name at copy (a dependency added since installs a module of that name).
+    reserved = ("includes/reserved_names.txt", "# Written", f"{PACKAGE} some-dependency\n# Written")
+    release(release_a, "v0.2.0", [reserved])
+    update(project)
+    assert answers(project)["package_name"] == PACKAGE and answers(project)["_commit"] == "v0.2.0"
 
 
 FLAT_RELEASE = "832c52e"  # v0.1.0 as released: the framework flat in src/<package>/
