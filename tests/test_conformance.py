@@ -78,6 +78,8 @@ CELLS = {
     "export": "`export CKPT`: ONNX and safetensors, each within tolerance of the eager model",
     "tune": "`tune`: batch size, workers and precision measured; writes a config",
     "predict": "`predict --ckpt_path last`: one prediction per sample, written to the run",
+    "doctor": "`doctor --try --config configs/presets/compile.yaml` on the model's config: "
+    "every check passes and so does the trial (2 steps of fit), as the compile cell does",
 }
 FAST = {("gpt2", cell) for cell in CELLS} | {
     (arch, cell) for arch in ("resnet", "vit") for cell in ("fit", "kill9-mid-epoch-w0")
@@ -503,6 +505,17 @@ def cell_predict(m: Matrix, arch: str, scratch: Path) -> None:
         raise CellFailed(f"{len(predictions)} predictions for 16 samples")
 
 
+def cell_doctor(m: Matrix, arch: str, scratch: Path) -> None:
+    """The preset doctor once passed statically while fit then stopped (compile)."""
+    own = [word for word in m.fit_args(arch, scratch, 0)[1:] if "every_3_steps" not in word]
+    preset = f"--config={m.configs / 'presets' / 'compile.yaml'}"
+    output = m.command("doctor", "--try", *own, preset)  # a refusal fails the cell
+    tried = output.split("\nTried: ", 1)[-1].splitlines()[1:]
+    verdicts = [row.split()[:2] for row in tried if row.strip()]
+    if verdicts != [[preset.split("=", 1)[1], "pass"]]:  # the one preset, on the model
+        raise CellFailed(f"doctor --try did not try the preset on the model: {output[-800:]}")
+
+
 CELL_FUNCTIONS: dict[str, Callable[[Matrix, str, Path], None]] = {
     "fit": cell_fit,
     "kill9-mid-epoch-w0": kill_cell("mid-epoch", 0),
@@ -518,6 +531,7 @@ CELL_FUNCTIONS: dict[str, Callable[[Matrix, str, Path], None]] = {
     "export": cell_export,
     "tune": cell_tune,
     "predict": cell_predict,
+    "doctor": cell_doctor,
 }
 
 

@@ -12,8 +12,9 @@ any check fails. Nothing is trained, built or generated: the config is only pars
 --try: what only a run can tell (does dynamo compile your forward, does your module run
 at a preset's precision) is then tried, once no check fails: `fit` for 2 training and 2
 validation batches (fast_dev_run: no loggers, no checkpoints) in a fresh process and a
-temporary folder, once per `--config` file with every other flag, and with all of them
-together when there are several. One row per trial: pass, or the first line of what
+temporary folder, once per preset (`--config` file) with every other flag, and with all of
+them together when there are several; a `--config` that names your model or data is in
+every trial. One row per trial: pass, or the first line of what
 stopped it; exits 1 when a trial fails. Each costs a process start, the data's setup and,
 with a compile preset, the compile (seconds to minutes).
 """

@@ -8,7 +8,9 @@ training and two validation batches, no sanity check, loggers or checkpoints), i
 temporary folder, and reports pass or the first line of what stopped it.
 
 One trial per `--config` file, with every other flag, so a failure names its preset; when
-several are given, one more with all of them, as `fit` stacks them.
+several are given, one more with all of them, as `fit` stacks them. A file that names the
+model or the data (your own run's config) is not tried alone but kept in every trial: each
+preset is tried on your model, not on the example.
 """
 
 import shlex
@@ -18,6 +20,8 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
+
+import yaml
 
 from .registry import Result, failed, passed
 
@@ -42,13 +46,23 @@ def trials(argv: Sequence[str]) -> dict[str, list[str]]:
         if word.startswith("--config="):
             configs.append(word)
         words.append(word)
-    if not configs:
+    presets = [config for config in configs if not _names_model_or_data(config)]
+    if not presets:
         return {"the default run": words}
     named = {
-        config.split("=", 1)[1]: [w for w in words if w == config or w not in configs]
-        for config in configs
+        preset.split("=", 1)[1]: [w for w in words if w == preset or w not in presets]
+        for preset in presets
     }
-    return named | {STACKED: words} if len(configs) > 1 else named
+    return named | {STACKED: words} if len(presets) > 1 else named
+
+
+def _names_model_or_data(config: str) -> bool:
+    """Whether a `--config=PATH` file sets `model:` or `data:` (a run's own config)."""
+    try:
+        loaded = yaml.safe_load(Path(config.split("=", 1)[1]).read_text())
+    except (OSError, yaml.YAMLError):
+        return False  # the checks name an unreadable file; its trial shows it too
+    return isinstance(loaded, dict) and bool({"model", "data"} & loaded.keys())
 
 
 def try_fit(flags: Sequence[str]) -> Result:
