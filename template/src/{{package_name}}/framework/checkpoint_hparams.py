@@ -7,7 +7,7 @@ replace the config's `model:` section, command-line flags included, without a wo
 --ckpt_path X --model.optimizer.lr 0.001` runs with the checkpoint's lr). Here:
 
 - Before LightningCLI reads the file, it is checked (a truncated or foreign file stops
-  with one paragraph) and so are the classes it names (trusted_classes.py).
+  with one paragraph) and so is the code it names (trusted_classes.py).
 - Values from config files yield to the checkpoint's; each one it changed is printed.
 - A value given explicitly on the command line (`--model.<key> VALUE`) that differs from
   the checkpoint's wins for `validate`, `test` and `predict` (printed too). For `fit` it
@@ -39,7 +39,8 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from .consolidate import one_process_checkpoint
 from .inspect_ckpt import is_sharded, load_checkpoint
 from .paths import RunLayout, project_path
-from .trusted_classes import class_paths, refuse_untrusted
+from .trusted_classes import named_in, refuse_untrusted
+from .yaml_guard import UnsafeYaml, load_yaml
 
 _ABSENT = "(not set)"
 LIGHTNING_NAMES = ("best", "hpc", "registry")  # --ckpt_path values Lightning resolves itself
@@ -75,9 +76,23 @@ CONFIG_SECTIONS = {"hyper_parameters": "model", "datamodule_hyper_parameters": "
 
 
 def recorded_section(checkpoint: dict, name: str) -> dict[str, Any]:
-    """Section `name` of the run's resolved config, recorded by provenance.py; {} if none."""
+    """Section `name` of the run's resolved config, recorded by provenance.py; {} if none.
+
+    The recorded text is the checkpoint's, so it is read bounded (yaml_guard.py).
+    """
     recorded = (checkpoint.get("provenance") or {}).get("config")
-    section = (yaml.safe_load(recorded) or {}).get(name) if isinstance(recorded, str) else None
+    if not isinstance(recorded, str):
+        return {}
+    try:
+        config = load_yaml(recorded, "the config recorded in the checkpoint (provenance)")
+    except (UnsafeYaml, yaml.YAMLError) as error:
+        problem = " ".join(str(error).split())  # YAML's errors span lines
+        sys.exit(
+            f"error: {problem}. It is read to rebuild what the run trained (arguments kept "
+            "out of the hyperparameters, the run's length); load only the checkpoint's "
+            "weights instead with `fit --init_from FILE`."
+        )
+    section = config.get(name) if isinstance(config, dict) else None
     return section if isinstance(section, dict) else {}
 
 
@@ -121,8 +136,9 @@ class CheckpointHparams:
         refuse_untrusted(
             with_recorded_arguments(checkpoint, ["hyper_parameters"]),
             path,
-            class_paths(config),
-            "name those classes on the command line (e.g. `--model pkg.module.Class`)",
+            named_in(config),
+            "give each of those values on the command line yourself (e.g. `--model "
+            "pkg.module.Class`, `--model.net pkg.nets.Net`)",
         )
         self.command, self.path = command, path
         self.recorded = recorded_arguments(checkpoint)

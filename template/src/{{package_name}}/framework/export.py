@@ -38,7 +38,7 @@ from .checkpoint_hparams import recorded_arguments, with_recorded_arguments
 from .consolidate import gathered_copy
 from .inspect_ckpt import is_sharded, load_checkpoint
 from .paths import DEFAULT_CONFIG, project_path
-from .trusted_classes import class_paths, refuse_untrusted
+from .trusted_classes import DATA_SECTIONS, MODEL_SECTIONS, named_in, refuse_untrusted
 
 
 def rebuild(
@@ -50,11 +50,11 @@ def rebuild(
     `trusted` are imported (trusted_classes.py); any other stops the export first.
     """
     config = yaml.safe_load(DEFAULT_CONFIG.read_text()) if DEFAULT_CONFIG.is_file() else {}
-    named = [*class_paths(config), *trusted]
-    sections = ("hyper_parameters", "datamodule_hyper_parameters")
-    completed = with_recorded_arguments(checkpoint, sections)
+    named = [*named_in(config), *trusted]
+    sections = (*MODEL_SECTIONS, *DATA_SECTIONS)
+    completed = with_recorded_arguments(checkpoint, ("hyper_parameters", *DATA_SECTIONS))
     refuse_untrusted(completed, path, named, "add `--trust CLASS` for each", sections)
-    for key in sections:
+    for key in ("hyper_parameters", *DATA_SECTIONS):
         class_path = checkpoint.get(key, {}).get("_class_path")
         if class_path:  # Lightning only builds classes that are already imported
             importlib.import_module(class_path.rsplit(".", 1)[0])
@@ -238,7 +238,8 @@ def export(argv: Sequence[str]) -> int:
         action="append",
         default=[],
         metavar="CLASS",
-        help="a class path the checkpoint names that may be imported (see trusted_classes.py)",
+        help="a value the checkpoint names (a class or import path) that may be imported "
+        "(see trusted_classes.py)",
     )
     args = parser.parse_args(argv)
     path = project_path(args.checkpoint)

@@ -35,8 +35,10 @@ from .precision import trainer_kwargs_for_accelerator
 from .progress import replace_default_progress_bar
 from .provenance import CheckpointProvenance
 from .resume import InterruptCheckpoint
+from .run_length import ProjectTrainer
 from .run_record import continue_loggers, record_invocation
 from .run_root import claim_run_root
+from .yaml_guard import checked_config_words, guard_jsonargparse_yaml
 
 TRAINER_COMMANDS = ("fit", "validate", "test", "predict")
 PREDICT_LOADERS = ("predict_dataloader", "val_dataloader", "test_dataloader")
@@ -82,6 +84,9 @@ class ProjectCLI(LightningCLI):
     - Every checkpoint is saved atomically (`AtomicCheckpointIO`) and carries the resolved
       config in its provenance record; a resumed wandb run continues the same run id.
     - `fit --init_from PATH [--freeze NAME ...]` starts from another run's weights.
+    - An empty `--config` file is no overrides; YAML whose aliases expand past a bound is
+      refused unread (yaml_guard.py). A fit without a length stops when the module's
+      schedule asks for its number of steps (run_length.py).
     - Lightning's default progress bar is replaced by one redrawn by time (progress.py),
       and its default profiler by one that costs nothing per hook call (no_profiler.py).
     """
@@ -96,8 +101,10 @@ class ProjectCLI(LightningCLI):
                 f"(`git checkout -- {DEFAULT_CONFIG.relative_to(DEFAULT_CONFIG.parents[1])}`) "
                 "or copy it back from the template."
             )
+        guard_jsonargparse_yaml()  # a YAML alias bomb is refused, not expanded (yaml_guard.py)
         # No abbreviations: `--trainer.max_epoch` must be an error, not max_epochs.
         defaults = {"default_config_files": [str(DEFAULT_CONFIG)], "allow_abbrev": False}
+        kwargs.setdefault("trainer_class", ProjectTrainer)  # a run without length: run_length.py
         super().__init__(
             model_class=LightningModule,
             datamodule_class=LightningDataModule,
@@ -155,7 +162,7 @@ class ProjectCLI(LightningCLI):
     def parse_arguments(self, parser: LightningArgumentParser, args) -> None:
         words = [str(word) for word in (sys.argv[1:] if args is None else args)]
         self._words = words[1:]
-        self.config = _parse_with_own_defaults(parser, words)
+        self.config = _parse_with_own_defaults(parser, checked_config_words(words))
         config = self.config[self.config.subcommand]
         layout = RunLayout(project_path(config.trainer.default_root_dir or DEFAULT_RUN_ROOT))
         config.trainer.default_root_dir = str(layout.root)
@@ -164,8 +171,13 @@ class ProjectCLI(LightningCLI):
             config.ckpt_path = str(_best_checkpoint(layout))
         refuse_bad_input(self.config.subcommand, config)
         checkpoint = checkpoint_file(self.config.subcommand, config, layout)
-        if checkpoint:  # read (and its classes checked) before LightningCLI reads it
+        if checkpoint:
             config.ckpt_path = str(checkpoint)
+        elif config.get("ckpt_path") and Path(config.ckpt_path).is_file():
+            # A name Lightning resolves (`best`, `last`, `hpc`) that is also a file in the
+            # working directory: LightningCLI reads that file's hyperparameters.
+            checkpoint = Path(config.ckpt_path)
+        if checkpoint:  # read (and the code it names checked) before LightningCLI reads it
             self._checkpoint_hparams = CheckpointHparams(
                 self.config.subcommand, config, checkpoint, args
             )

@@ -32,6 +32,7 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from .inspect_ckpt import load_checkpoint
 from .paths import RunLayout
+from .yaml_guard import UnsafeYaml, load_yaml
 
 
 @rank_zero_only
@@ -148,21 +149,44 @@ def newest_checkpoint(folder: Path) -> Path | None:
     return found[-1] if found else None
 
 
+class UnreadableRun(ValueError):
+    """A run folder with a record that cannot be read; the message names the file and why."""
+
+
 def read_run(folder: Path) -> RunRecord:
+    """The run's records; UnreadableRun when its config or metrics cannot be read."""
     path = newest_checkpoint(folder)
     checkpoint = (
         {k: v for k, v in load_checkpoint(path).items() if k != "state_dict"} if path else {}
     )
     provenance = checkpoint.pop("provenance", None) or {}
-    config_text = provenance.get("config") or _saved_config(folder)
-    config = yaml.safe_load(config_text) if config_text else {}
-    return RunRecord(folder, config or {}, provenance, checkpoint, read_metrics(folder))
+    recorded = provenance.get("config")
+    source = f"the config recorded in {path}" if recorded else None
+    if not recorded:
+        source, recorded = _saved_config(folder)
+    try:
+        config = load_yaml(recorded, source or "the run's config") if recorded else {}
+    except UnsafeYaml as error:
+        raise UnreadableRun(str(error)) from None
+    except yaml.YAMLError as error:
+        raise UnreadableRun(
+            f"{source} is not valid YAML ({' '.join(str(error).split())})"
+        ) from None
+    if not isinstance(config, dict):
+        raise UnreadableRun(f"{source} is not a mapping of settings")
+    return RunRecord(folder, config, provenance, checkpoint, read_metrics(folder))
 
 
-def _saved_config(folder: Path) -> str | None:
+def _saved_config(folder: Path) -> tuple[str | None, str | None]:
+    """(the newest saved config's path, its text), or (None, None)."""
     saved = sorted(folder.glob("config*.yaml")) + sorted(folder.glob("*/version_*/config*.yaml"))
     newest = max(saved, key=lambda p: p.stat().st_mtime, default=None)
-    return newest.read_text(encoding="utf-8") if newest else None
+    if newest is None:
+        return None, None
+    try:
+        return str(newest), newest.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise UnreadableRun(f"{newest} is not text ({error})") from None
 
 
 def read_metrics(folder: Path) -> dict[str, dict[int, float]]:
@@ -175,14 +199,18 @@ def read_metrics(folder: Path) -> dict[str, dict[int, float]]:
     files = sorted(folder.glob("*/version_*/metrics.csv"), key=_version_number)
     metrics: dict[str, dict[int, float]] = {}
     for path in files:
-        with path.open(newline="", encoding="utf-8") as file:
-            for row in csv.DictReader(file):
-                step = row.pop("step", "")
-                if not step:
-                    continue
-                for name, value in row.items():
-                    if value not in ("", None) and name != "epoch":
-                        metrics.setdefault(name, {})[int(float(step))] = float(value)
+        try:
+            with path.open(newline="", encoding="utf-8") as file:
+                for row in csv.DictReader(file):
+                    step = row.pop("step", "")
+                    if not step:
+                        continue
+                    for name, value in row.items():
+                        if value not in ("", None) and name != "epoch":
+                            metrics.setdefault(name, {})[int(float(step))] = float(value)
+        except (UnicodeDecodeError, csv.Error, ValueError, TypeError, OverflowError) as error:
+            # Not the CSV the logger writes: damaged, or another file under that name.
+            raise UnreadableRun(f"{path} is not a readable metrics file ({error})") from None
     return metrics
 
 

@@ -10,7 +10,8 @@ against steps for every run and, for a sweep, against each searched parameter.
 
 It reads only what runs write anyway (run_record.py): the checkpoint's provenance and
 callback states, the saved config, the CSV logger's metrics.csv; runs made by older
-versions of the project compare too.
+versions of the project compare too. A run whose config or metrics.csv cannot be read (a
+damaged file) is skipped with a one-line warning naming the file; the others are shown.
 """
 
 import argparse
@@ -20,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..paths import project_path
-from ..run_record import RunRecord, is_run, read_run
+from ..run_record import RunRecord, UnreadableRun, is_run, read_run
 
 MAX_DEPTH = 3  # sweep folder / trial / seed
 
@@ -39,7 +40,18 @@ def compare(argv: Sequence[str]) -> int:
     from .table import render, rows
 
     roots = [root for folder in args.folders for root in _runs_in(_existing(folder))]
-    records: list[RunRecord] = [read_run(root) for root in dict.fromkeys(roots)]
+    runs = list(dict.fromkeys(roots))
+    records: list[RunRecord] = []
+    for root in runs:
+        try:
+            records.append(read_run(root))
+        except UnreadableRun as error:  # one damaged run does not hide the others
+            print(f"warning: skipped {root}: {error}", file=sys.stderr)
+    if not records:
+        sys.exit(
+            f"error: none of the {len(runs)} runs could be read (each is named above). "
+            "Remove or repair the files named, or pass other runs."
+        )
     base = Path(os.path.commonpath([record.root for record in records]))
     if len(records) == 1:
         base = base.parent

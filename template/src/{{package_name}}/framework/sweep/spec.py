@@ -22,6 +22,8 @@ from typing import Any
 
 import yaml
 
+from ..yaml_guard import UnsafeYaml, load_yaml
+
 KEYS = {
     "name",
     "trials",
@@ -142,7 +144,9 @@ def load_spec(path: Path, name: str | None = None) -> SweepSpec:
             "(copy one and edit its `space:`)."
         )
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = load_yaml(path.read_text(encoding="utf-8"), where)
+    except UnsafeYaml as error:
+        raise SpecError(f"{error}.") from None
     except yaml.YAMLError as error:
         raise SpecError(f"{where} is not valid YAML ({error}). Fix the line it names.") from None
     if not isinstance(data, dict):

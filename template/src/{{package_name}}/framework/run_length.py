@@ -1,0 +1,42 @@
+# Managed by the template; local edits are merged on update.
+"""The number of steps a fit will take, refused in one paragraph when the run has none.
+
+`fit --trainer.max_epochs -1 --trainer.max_steps -1` trains until stopped (a signal, a
+`max_time`), and Lightning's `trainer.estimated_stepping_batches` is then infinity; with
+a training set of unknown length (an iterable dataset) and no `max_steps` it is -1. A
+learning-rate schedule over the whole run reads it (the example's warmup and cosine
+decay, OneCycleLR's `total_steps`): `int(inf)` stopped the fit with "OverflowError: cannot
+convert float infinity to integer", and -1 silently made a schedule of 2 steps. An endless
+run whose module never asks (a constant rate, a StepLR) trains as Lightning intends.
+"""
+
+import math
+import sys
+
+from lightning.pytorch import Trainer
+
+
+class ProjectTrainer(Trainer):
+    """Lightning's Trainer; a module that asks a run without a length for its length stops."""
+
+    @property
+    def estimated_stepping_batches(self) -> int | float:
+        steps = super().estimated_stepping_batches
+        if math.isinf(steps) or steps < 0:
+            module = type(self.lightning_module).__name__ if self.lightning_module else "the module"
+            why = (
+                "--trainer.max_epochs -1 and --trainer.max_steps -1: it trains until stopped"
+                if math.isinf(steps)
+                else "its training data has no length (an iterable dataset) and "
+                "--trainer.max_steps is -1"
+            )
+            sys.exit(
+                f"error: this fit has no length ({why}), but {module} asks for its number of "
+                "steps (trainer.estimated_stepping_batches), as a learning-rate schedule over "
+                "the whole run does (the example's warmup and cosine decay). Give the run a "
+                "length: --trainer.max_steps N (or a finite --trainer.max_epochs N). To train "
+                "until stopped, use a schedule that needs no length (the example: "
+                "`--model.scheduler torch.optim.lr_scheduler.StepLR "
+                "--model.scheduler.step_size 1000`)."
+            )
+        return steps
