@@ -30,4 +30,9 @@ else
   echo "torch: the CPU build, from $torch_cpu_index (configure a pip index to use another)"
   "$py" -m pip install -q torch --index-url "$torch_cpu_index"
 fi
-"$py" -m pip install -q --group test
+# Whatever else asks for torch (transformers, for the conformance matrix) gets the one
+# installed: an unpinned resolve may swap it for a multi-GB CUDA build.
+torch_pin="$(mktemp)"
+"$py" -c "import torch; print('torch==' + torch.__version__.split('+')[0])" >"$torch_pin"
+"$py" -m pip install -q --group test -c "$torch_pin"
+rm -f "$torch_pin"
