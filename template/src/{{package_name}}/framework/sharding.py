@@ -37,8 +37,10 @@ class FSDP2Strategy(ModelParallelStrategy):
             layers: transformer blocks, ResNet stages) and its `nn.Embedding`s; in a model
             without such containers, the parameter-holding children of the first module,
             from the root down, that has more than one (for a module wrapping one injected
-            `net`, the net's layers). Either way, weights tied across units (GPT-2's input
-            and output embedding) stay in the root unit with whatever no unit holds.
+            `net`, the net's layers). Either way, each network the module holds (`self.net`,
+            `self.model`) is a unit too, so a step may call it directly, and weights tied
+            across units (GPT-2's input and output embedding) stay in the root unit with
+            whatever no unit holds.
         reshard_after_forward: free each block's gathered parameters after its forward
             (gathered again for backward): less memory, one more all-gather per block.
         save_distributed_checkpoint: each rank saves its shard into a checkpoint folder
@@ -85,7 +87,7 @@ class FSDP2Strategy(ModelParallelStrategy):
             return  # sharded by the module itself, or by an earlier stage of this run
         mesh = self.device_mesh["data_parallel"]
         try:
-            units = find_blocks(module, self.blocks)
+            units = with_networks(module, find_blocks(module, self.blocks))
         except ValueError as error:  # a preset naming no class the module has
             sys.exit(f"error: {error}" if self.is_global_zero else 1)  # said once, not per rank
         # Innermost first: fully_shard on a parent skips parameters its children hold.
@@ -134,6 +136,30 @@ def find_blocks(module: nn.Module, blocks: list[str]) -> list[nn.Module]:
         )
     order = {id(m): index for index, m in enumerate(module.modules())}
     return sorted((m for m in chosen if m not in tied), key=lambda m: order[id(m)])
+
+
+def with_networks(module: nn.Module, units: list[nn.Module]) -> list[nn.Module]:
+    """`units`, and the module's own parameter-holding children that are not units yet.
+
+    A LightningModule's steps may call its network directly (`self.model(**batch)`, as
+    with a Hugging Face model) rather than `self(...)`. The root unit gathers the
+    parameters left to it only in the module's own forward, so those the blocks do not
+    hold (a LayerNorm beside the embeddings, a head) stayed sharded in such a step:
+    "got mixed torch.Tensor and DTensor". Each network the module holds is a unit of its
+    own, gathered whenever it runs, whoever calls it (unless weights tie it to another).
+    """
+    chosen = {id(unit) for unit in units}
+    networks = [
+        network
+        for child in module.children()
+        if _holds_parameters(child)
+        for network in _runnable(child)
+        if id(network) not in chosen
+    ]
+    tied = _tied_outside(module, networks)
+    order = {id(m): index for index, m in enumerate(module.modules())}
+    found = [*units, *(network for network in networks if network not in tied)]
+    return sorted(found, key=lambda m: order[id(m)])  # parents first: sharded in reverse
 
 
 def _named_units(module: nn.Module, blocks: list[str]) -> list[nn.Module]:
