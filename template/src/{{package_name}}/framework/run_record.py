@@ -18,6 +18,7 @@ over versions.
 
 import csv
 import os
+import re
 import shlex
 import socket
 import sys
@@ -51,7 +52,9 @@ def continue_loggers(logger_config: Any, checkpoint_path: Path) -> None:
     """Point the configured loggers at the versions / run the checkpoint was logged to.
 
     The provenance record names each logger class with its version (CheckpointProvenance);
-    a logger whose version (wandb: id) is set explicitly keeps it.
+    a logger whose version (wandb: id) is set explicitly keeps it. A recorded version that
+    is not a plain name (`../..`) is not followed: loggers make a folder of it, and a
+    checkpoint from elsewhere must not choose where the run writes.
     """
     if not checkpoint_path.is_file():
         return
@@ -65,7 +68,7 @@ def continue_loggers(logger_config: Any, checkpoint_path: Path) -> None:
     for entry in entries:
         version = recorded.get(str(entry.get("class_path", "")).rsplit(".", 1)[-1])
         init_args = entry.init_args
-        if version is None or version == "None":
+        if version is None or version == "None" or not _plain_name(str(version)):
             continue
         if str(entry.class_path).endswith("WandbLogger"):
             if not init_args.get("id"):
@@ -73,6 +76,11 @@ def continue_loggers(logger_config: Any, checkpoint_path: Path) -> None:
         elif init_args.get("version") is None:
             # Recorded as text; "0" must become 0 again, or the folder is "0", not "version_0".
             init_args.version = int(version) if version.isdigit() else version
+
+
+def _plain_name(version: str) -> bool:
+    """A logger version that names one folder inside the run (no separator, no `..`)."""
+    return re.fullmatch(r"[\w.-]+", version) is not None and version not in {".", ".."}
 
 
 @dataclass

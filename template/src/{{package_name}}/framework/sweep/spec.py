@@ -147,6 +147,8 @@ def load_spec(path: Path, name: str | None = None) -> SweepSpec:
         data = load_yaml(path.read_text(encoding="utf-8"), where)
     except UnsafeYaml as error:
         raise SpecError(f"{error}.") from None
+    except UnicodeDecodeError:
+        raise SpecError(f"{where} is not a text file (UTF-8 YAML). Pass a spec.") from None
     except yaml.YAMLError as error:
         raise SpecError(f"{where} is not valid YAML ({error}). Fix the line it names.") from None
     if not isinstance(data, dict):
