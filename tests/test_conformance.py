@@ -539,6 +539,7 @@ CELL_FUNCTIONS: dict[str, Callable[[Matrix, str, Path], None]] = {
 @pytest.fixture(scope="module")
 def matrix(template, tmp_path_factory, request):
     """Render "Conformance Probe", add the user files and configs, install it; record results."""
+    commit = rendered_commit()  # before the render: what the working tree was made of
     project = render(
         template,
         tmp_path_factory.mktemp("conformance") / "project",
@@ -572,19 +573,26 @@ def matrix(template, tmp_path_factory, request):
     yield matrix
     sys.path.remove(str(project / "src"))
     uninstall(package)
-    write_results(matrix.results, request.config, time.perf_counter() - started)
+    write_results(matrix.results, request.config, time.perf_counter() - started, commit)
 
 
-def write_results(results: dict[str, dict], config: pytest.Config, seconds: float) -> None:
+def rendered_commit() -> str:
+    """The commit the render is made from, marked when the working tree differs from it."""
+    commit = git(REPO, "rev-parse", "--short", "HEAD").strip()
+    if git(REPO, "status", "--porcelain", "--untracked-files=no").strip():
+        commit += " + uncommitted changes"  # the render is of the working tree
+    return commit
+
+
+def write_results(
+    results: dict[str, dict], config: pytest.Config, seconds: float, commit: str
+) -> None:
     """This run's outcome of every cell it ran (and the matrix it belongs to) to RESULTS."""
     if not results:
         return
     import lightning
     import transformers
 
-    commit = git(REPO, "rev-parse", "--short", "HEAD").strip()
-    if git(REPO, "status", "--porcelain", "--untracked-files=no").strip():
-        commit += " + uncommitted changes"  # the render is of the working tree
     run = {
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "commit": commit,
