@@ -20,6 +20,15 @@ replace the config's `model:` section, command-line flags included, without a wo
 
 `--ckpt_path last` is read the same way (the CLI turns it into `<root>/checkpoints/last.ckpt`).
 
+The data goes with the model: LightningCLI rebuilds only the model, so a run trained with
+classes named on the command line (`--model pkg.mine.Bert --data pkg.mine.Tokens`) and
+evaluated without them got the config's example DataModule, its `num_classes` linked into
+the rebuilt model. When the checkpoint's DataModule class (its hyperparameters, else the
+recorded config's `data:`) is not the config's and no `--data CLASS` is typed, the `data:`
+section is rebuilt from the checkpoint by the same rule as the model's (listed, code
+trust-checked, explicit `--data.<key>` flags kept). A model rebuilt as another class than
+the config's from a checkpoint that records no DataModule stops with one paragraph.
+
 An argument a module keeps out of its hyperparameters (`save_hyperparameters(ignore=
 ["net"])`, the usual way with an injected network) is not in them, so LightningCLI would
 build it from the current config, which may name another network than the run trained.
@@ -39,7 +48,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from .consolidate import one_process_checkpoint
 from .inspect_ckpt import is_sharded, load_checkpoint
 from .paths import RunLayout, project_path
-from .trusted_classes import named_in, refuse_untrusted
+from .trusted_classes import DATA_SECTIONS, named_in, refuse_untrusted
 from .yaml_guard import UnsafeYaml, load_yaml
 
 _ABSENT = "(not set)"
@@ -128,44 +137,81 @@ def with_recorded_arguments(checkpoint: dict, keys: Sequence[str]) -> dict:
     return {**checkpoint, **completed}
 
 
+def checkpoint_data(checkpoint: dict) -> dict[str, Any] | None:
+    """The DataModule the run trained with, as hyperparameters with `_class_path`; None if
+    the checkpoint records none (a DataModule without save_hyperparameters, or no CLI):
+    its hyperparameters completed from the recorded config, else the recorded `data:`.
+    """
+    hparams = checkpoint.get(DATA_SECTIONS[0])
+    if isinstance(hparams, dict) and hparams.get("_class_path"):
+        return {**hparams, **recorded_arguments(checkpoint, DATA_SECTIONS[0])}
+    section = recorded_section(checkpoint, "data")
+    if not isinstance(section.get("class_path"), str):
+        return None
+    init_args = section.get("init_args")
+    return {"_class_path": section["class_path"], **(init_args or {})}
+
+
 class CheckpointHparams:
-    """The model section before the checkpoint is applied, and the flags the user typed."""
+    """The model and data sections before the checkpoint is applied, and the flags typed."""
 
     def __init__(self, command: str, config: Namespace, path: Path, args: Any) -> None:
         checkpoint = load_checkpoint(path)
+        words = args if isinstance(args, list) else sys.argv[1:]
+        self.explicit = {section: explicit_keys(words, section) for section in SECTIONS}
+        self.data = _data_to_rebuild(checkpoint, config.get("data"), self.explicit["data"])
+        rebuilt = with_recorded_arguments(checkpoint, ["hyper_parameters"])
+        if self.data is not None:
+            rebuilt = {**rebuilt, DATA_SECTIONS[0]: self.data}
         refuse_untrusted(
-            with_recorded_arguments(checkpoint, ["hyper_parameters"]),
+            rebuilt,
             path,
             named_in(config),
             "give each of those values on the command line yourself (e.g. `--model "
-            "pkg.module.Class`, `--model.net pkg.nets.Net`)",
+            "pkg.module.Class`, `--model.net pkg.nets.Net`, `--data pkg.data.Class`)",
+            sections=("hyper_parameters", *(DATA_SECTIONS if self.data is not None else ())),
         )
         self.command, self.path = command, path
         self.recorded = recorded_arguments(checkpoint)
         self.class_path = (checkpoint.get("hyper_parameters") or {}).get("_class_path")
         self.run_length = recorded_run_length(checkpoint)
-        self.before_config = Namespace(model=_copy(config.model))
+        if self.data is None:
+            _refuse_data_without_record(path, checkpoint, config, self.class_path, self.explicit)
+        self.before_config = Namespace(model=_copy(config.model), data=_copy(config.get("data")))
         self.before = self.before_config.model
-        self.explicit = explicit_model_keys(args if isinstance(args, list) else sys.argv[1:])
 
     def apply_recorded(self, parser: ArgumentParser, config: Namespace) -> Namespace:
-        """The full config, with what the hyperparameters lack taken from the recorded config.
+        """The full config, with what the hyperparameters lack taken from the recorded config,
+        and the checkpoint's DataModule where it is to be rebuilt.
 
         Applied as LightningCLI applies the hyperparameters themselves, so `reconcile`
-        treats both alike: listed, and yielding to flags typed on the command line.
+        treats all alike: listed, and yielding to flags typed on the command line.
         """
-        if not self.recorded:
-            return config
-        model = {"class_path": self.class_path, "dict_kwargs": self.recorded}
-        return parser.parse_object({self.command: {"model": model}}, config)
+        if self.recorded:
+            model = {"class_path": self.class_path, "dict_kwargs": self.recorded}
+            config = parser.parse_object({self.command: {"model": model}}, config)
+        if self.data is not None:
+            init_args = {key: value for key, value in self.data.items() if key != "_class_path"}
+            init_args.pop("_instantiator", None)
+            config[self.command].data = None  # the class's own defaults, not the config's
+            data = {"class_path": self.data["_class_path"], "init_args": init_args}
+            config = parser.parse_object({self.command: {"data": data}}, config)
+        return config
 
     def reconcile(self, config: Namespace) -> None:
         """After LightningCLI applied the checkpoint: explicit flags win (or, for fit, stop)."""
         if self.command == "fit":
             self._warn_if_the_length_changed(config.trainer)
-        conflicts = [key for key in _changed(self.before, config.model) if self._explicit(key)]
-        if conflicts and self.command == "fit":
-            before, after = _leaves(self.before), _leaves(config.model)
+        for section in SECTIONS:
+            if section == "model" or self.data is not None:
+                self._reconcile(config, section)
+
+    def _reconcile(self, config: Namespace, section: str) -> None:
+        before_section, after_section = self.before_config[section], config[section]
+        changed = _changed(before_section, after_section, section)
+        conflicts = [key for key in changed if self._explicit(key, section)]
+        if conflicts and self.command == "fit" and section == "model":
+            before, after = _leaves(self.before, section), _leaves(config.model, section)
             listed = "; ".join(
                 f"--{key} {_shown(before, key)} (checkpoint: {_shown(after, key)})"
                 for key in conflicts
@@ -180,14 +226,16 @@ class CheckpointHparams:
             )
         kept = []
         for key in sorted(conflicts, key=len):  # a whole class before its arguments
-            node = _node_path(self.before, key)
-            if node is not None:
+            node = _node_path(before_section, key, section)
+            # A data flag whose key the checkpoint's class lacks stays behind with the config's.
+            if node is not None and _node_path(after_section, key, section) is not None:
                 config[node] = _copy(self.before_config[node])
                 kept.append(key)
-        changed = _changed(self.before, config.model)
+        changed = _changed(before_section, config[section], section)
         if changed or kept:
-            before, after = _leaves(self.before), _leaves(config.model)
-            lines = [f"--ckpt_path {self.path}: the model is rebuilt from its hyperparameters."]
+            before, after = _leaves(before_section, section), _leaves(config[section], section)
+            what = "the model is" if section == "model" else "the DataModule is"
+            lines = [f"--ckpt_path {self.path}: {what} rebuilt from its hyperparameters."]
             lines += [
                 f"  {key}: {_shown(before, key)} (config) -> {_shown(after, key)} (checkpoint)"
                 for key in changed
@@ -213,22 +261,75 @@ class CheckpointHparams:
             "runs/<new name>` with the new length."
         )
 
-    def _explicit(self, key: str) -> bool:
+    def _explicit(self, key: str, section: str = "model") -> bool:
         """Typed on the command line: the key itself, or a mapping given for a parent."""
+        explicit = self.explicit[section]
         parts = key.split(".")
         prefixes = (".".join(parts[:n]) for n in range(1, len(parts)))
-        return key in self.explicit or any(self.explicit.get(prefix) for prefix in prefixes)
+        return key in explicit or any(explicit.get(prefix) for prefix in prefixes)
 
 
-def explicit_model_keys(args: Sequence[str]) -> dict[str, bool]:
-    """`--model.<key>` flags typed on the command line -> whether the value is a mapping.
+SECTIONS = ("model", "data")
+
+
+def _data_to_rebuild(
+    checkpoint: dict, data: Any, explicit: dict[str, bool]
+) -> dict[str, Any] | None:
+    """The checkpoint's DataModule (checkpoint_data) when it replaces the config's: its
+    class is not the config's and no `--data CLASS` (or a mapping for `--data`) was typed."""
+    if "data" in explicit:
+        return None
+    recorded = checkpoint_data(checkpoint)
+    if recorded is None or not isinstance(recorded.get("_class_path"), str):
+        return None
+    config_class = data.get("class_path") if isinstance(data, Namespace) else None
+    return None if _same_class(config_class, recorded["_class_path"]) else recorded
+
+
+def _same_class(named: str | None, class_path: str) -> bool:
+    """Whether a config's class path names `class_path` (a bare name: its last part)."""
+    if not named:
+        return False
+    return named == class_path or ("." not in named and named == class_path.rsplit(".", 1)[-1])
+
+
+def _refuse_data_without_record(
+    path: Path, checkpoint: dict, config: Namespace, model_class: Any, explicit: dict
+) -> None:
+    """Stop when the model is rebuilt as another class than the config's and the checkpoint
+    records no DataModule: the config's would feed the model data it never saw."""
+    data, model = config.get("data"), config.get("model")
+    if (
+        not isinstance(data, Namespace)
+        or "data" in explicit["data"]
+        or "model" in explicit["model"]
+    ):
+        return
+    if not isinstance(model_class, str) or checkpoint_data(checkpoint) is not None:
+        return
+    if _same_class(model.get("class_path") if isinstance(model, Namespace) else None, model_class):
+        return
+    sys.exit(
+        f"error: --ckpt_path {path}: its model is {model_class} (the config names "
+        f"{model.get('class_path') if isinstance(model, Namespace) else None}), rebuilt from "
+        "the checkpoint, but the checkpoint records no DataModule (no datamodule "
+        "hyperparameters, no recorded config), so the data it was trained on cannot be "
+        f"rebuilt, and the config's {data.get('class_path')} may not be data that model "
+        "reads. Name the data class the run used on the command line: `--data CLASS` (with "
+        "its arguments, `--data.<key> VALUE`)."
+    )
+
+
+def explicit_keys(args: Sequence[str], section: str = "model") -> dict[str, bool]:
+    """`--<section>.<key>` flags typed on the command line -> whether the value is a mapping.
 
     Keys drop jsonargparse's `init_args` level: `--model.init_args.optimizer.init_args.lr`
     and `--model.optimizer.lr` are both `model.optimizer.lr`; `--model X` is `model`.
     """
     keys: dict[str, bool] = {}
+    flag = f"--{section}"
     for index, token in enumerate(args):
-        if not (token == "--model" or token.startswith(("--model.", "--model="))):
+        if not (token == flag or token.startswith((f"{flag}.", f"{flag}="))):
             continue
         name, equals, value = token[2:].partition("=")
         if not equals and index + 1 < len(args):
@@ -256,16 +357,16 @@ def _leaves(section: Any, prefix: str = "model") -> dict[str, Any]:
     return flat
 
 
-def _changed(before: Any, after: Any) -> list[str]:
-    old, new = _leaves(before), _leaves(after)
+def _changed(before: Any, after: Any, prefix: str = "model") -> list[str]:
+    old, new = _leaves(before, prefix), _leaves(after, prefix)
     return sorted(
         key for key in old.keys() | new.keys() if old.get(key, _ABSENT) != new.get(key, _ABSENT)
     )
 
 
-def _node_path(section: Any, key: str) -> str | None:
+def _node_path(section: Any, key: str, prefix: str = "model") -> str | None:
     """Where `model.<a>.<b>` lives: `model.init_args.a.init_args.b`; None if absent."""
-    node, path = section, ["model"]
+    node, path = section, [prefix]
     for part in key.split(".")[1:]:
         if isinstance(node, Namespace) and "class_path" in node and part not in node:
             node, path = node.get("init_args"), [*path, "init_args"]
