@@ -25,6 +25,8 @@ from lightning.pytorch.utilities import rank_zero_info
 
 MAX_ALIAS_VALUES = 100_000  # nodes aliases may add; the shipped configs' aliases add none
 CONFIG_FLAGS = ("--config", "-c")
+# One name, not a tuple in the clause: ruff writes those apart for Python 3.14 targets.
+_UNREADABLE = (OSError, UnicodeDecodeError)
 
 
 class UnsafeYaml(ValueError):
@@ -110,7 +112,7 @@ def _is_empty_config(path: Path) -> bool:
     """Whether `path` is a YAML file that holds nothing; stops on one that expands too far."""
     try:
         text = path.read_text(encoding="utf-8") if path.is_file() else None
-    except (OSError, UnicodeDecodeError):
+    except _UNREADABLE:
         return False  # jsonargparse reports what it cannot read
     if text is None:
         return False

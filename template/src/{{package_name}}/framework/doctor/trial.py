@@ -33,6 +33,8 @@ TRIAL_FLAGS = (
     "--test_after_fit=false",
 )
 STACKED = "all together"
+# One name, not a tuple in the clause: ruff writes those apart for Python 3.14 targets.
+_UNREADABLE = (OSError, yaml.YAMLError)
 
 
 def trials(argv: Sequence[str]) -> dict[str, list[str]]:
@@ -60,7 +62,7 @@ def _names_model_or_data(config: str) -> bool:
     """Whether a `--config=PATH` file sets `model:` or `data:` (a run's own config)."""
     try:
         loaded = yaml.safe_load(Path(config.split("=", 1)[1]).read_text())
-    except (OSError, yaml.YAMLError):
+    except _UNREADABLE:
         return False  # the checks name an unreadable file; its trial shows it too
     return isinstance(loaded, dict) and bool({"model", "data"} & loaded.keys())
 
