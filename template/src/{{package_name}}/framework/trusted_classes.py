@@ -54,6 +54,7 @@ class _TooLarge(Exception):
 
 # One name, not a tuple in the clause: ruff writes those apart for Python 3.14 targets.
 _TOO_LARGE = (_TooLarge, RecursionError)
+_UNIMPORTABLE = (ImportError, ValueError)
 
 
 def named_in(config: Any) -> set[str]:
@@ -186,7 +187,7 @@ def _harmless(where: str, value: str, foreign: set[str]) -> bool:
         return False  # a class is asked for: refused, here or not (else a traceback says so)
     try:
         return importlib.util.find_spec(parts[0]) is None  # a top-level name: imports nothing
-    except (ImportError, ValueError):
+    except _UNIMPORTABLE:
         return False
 
 
