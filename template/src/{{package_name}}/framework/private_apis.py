@@ -19,6 +19,10 @@ training run in some odd way.
 - `copy_each` (health/nonfinite.py): `torch._foreach_copy_`, one call that copies each
   tensor of a list into its counterpart, as torch's own optimizers do; the public way is a
   `copy_` per tensor, which costs a call per tensor every step on a small model.
+- `skips_on_found_inf` (health/nonfinite.py): whether an optimizer's step reads a
+  `found_inf` tensor and skips its whole update on the device where it is nonzero
+  (torch's fused Adam, AdamW, SGD, Adagrad): torch's GradScaler asks the same private
+  attribute; no public API says which optimizers can skip a step without a host read.
 - `nested_schedulers` (lr_scaling.py): SequentialLR and ChainedScheduler keep their
   children in `_schedulers` only; a child restarts from its own `base_lrs` at a
   milestone, so scaling the learning rate must reach the children.
@@ -50,6 +54,7 @@ __all__ = [
     "has_compiled_code",
     "loggers_write_after_this_batch",
     "nested_schedulers",
+    "skips_on_found_inf",
 ]
 
 
@@ -66,6 +71,11 @@ def has_compiled_code(code: CodeType) -> bool:
 def copy_each(targets: list[torch.Tensor], sources: list[torch.Tensor]) -> None:
     """`target.copy_(source)` for each pair, in one call."""
     torch._foreach_copy_(targets, sources)
+
+
+def skips_on_found_inf(optimizer: torch.optim.Optimizer) -> bool:
+    """Whether `optimizer.found_inf`, set before its step, skips the update on the device."""
+    return bool(getattr(optimizer, "_step_supports_amp_scaling", False))
 
 
 def nested_schedulers(scheduler: object) -> list:

@@ -1,11 +1,10 @@
 # Managed by the template; local edits are merged on update.
-"""Stop on a non-finite loss or update without letting it touch the weights, and without a
-device-to-host sync per step."""
+"""Stop on a non-finite loss or update, keep no bad step in the weights, keep no copy of
+the state (unless asked), and read nothing from the device per step."""
 
-from __future__ import annotations  # _GuardedState, defined below, in a signature
+from __future__ import annotations  # _Check, defined below, in a signature
 
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,62 +13,85 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
 from torch.distributed.tensor import DTensor
+from torch.nn.utils import get_total_norm
 from torch.utils.hooks import RemovableHandle
 
 from ..paths import RunLayout
-from ..private_apis import copy_each
+from ..private_apis import skips_on_found_inf
 from .errors import HealthCheckFailed
+from .state_copy import GuardedState
 
 CHECKPOINT_NAME = "before-nonfinite.ckpt"
 CULPRITS = ("loss", "gradient norm", "largest weight, optimizer state or buffer after the update")
-# Devices where reading the flag on the host waits for nothing (no queue of work to drain):
-# there the flag is read after every check, and the weights are written only to undo a step.
+# Devices where reading a flag on the host waits for nothing (no queue of work to drain):
+# there the flag is read at each step.
 FREE_FLAG_READS = frozenset({"cpu"})
+# What `keep_copy=True` costs, measured by benchmarks/memory.py (MLP, AdamW, CPU): peak
+# memory above plain Lightning, per parameter. The default mode measured 0.
+COPY_BYTES_PER_PARAMETER = 24
+FIXES = (
+    "Common fixes: a lower learning rate (the example: `--model.optimizer.lr`), gradient "
+    "clipping (`--trainer.gradient_clip_val 1.0`), or bf16 instead of fp16; the debug "
+    "preset's anomaly detection names the first operation that produced it."
+)
 
 
 class NonFiniteGuard(Callback):
-    """Skips every update from the first non-finite step on, on the device; then stops the run.
+    """Skips every update from the first non-finite loss on, on the device; then stops the run.
 
-    A step is bad when its loss is not finite, or when it leaves a non-finite value in
-    the weights, the optimizer state or the module's buffers (a finite loss can still
-    have NaN gradients, or overflow BatchNorm statistics). Checking that on the host would
-    wait for the device every step; instead the check stays on the device, the way
-    GradScaler skips fp16 overflow steps: a flag tensor is raised, and from then on each
-    step is undone with `torch.where` against a copy of the state after the last good
-    step. (On a CPU, where nothing is queued, reading a value costs nothing: there the
-    check reads the loss and the state's extremes after each step, and the state is
-    written back only to undo one.) The host reads the flag to stop the run every
-    `check_every_n_steps` batches and at the end of each epoch; the weights are then
-    still exactly those from before the first bad step: they are saved to
-    `<checkpoints>/before-nonfinite.ckpt` and the run stops with exit status 1, naming
-    the global step, batch index and value.
+    By default the guard keeps no copy of the training state. Before each update (after
+    the backward pass, the unscaling and the clipping) it raises a flag tensor on the
+    device when the loss, or with `check_grad_norm` the gradient norm, is not finite,
+    and from then on every step is skipped, the way GradScaler skips an fp16 overflow:
+    on a CPU, where reading the flag waits for nothing, it is read and the gradients are
+    dropped (torch's optimizers leave a parameter without a gradient untouched: weights,
+    moments and step count); an optimizer whose step reads `found_inf` (torch's fused
+    ones, `fused: true`) gets the flag and skips on the device; under a GradScaler, which
+    reads its own flag on the host at each step, the flag is read too. With any other
+    optimizer on a GPU the gradients are zeroed on the device instead: nothing non-finite
+    reaches the weights, but the optimizer's momentum and weight decay still move them
+    (the stop message says so). The host reads the flag every `check_every_n_steps`
+    batches, at the end of each epoch and before every checkpoint is written; the run
+    then stops with exit status 1, naming the global step, batch index and value, and
+    the weights from before the first bad step are saved to
+    `<checkpoints>/before-nonfinite.ckpt`.
 
-    The check runs right after each optimizer step, through torch's
-    `register_step_post_hook`: Lightning has no callback hook between the step and what
-    other callbacks see, and the hook works for any optimizer and precision, in automatic
-    and manual optimization alike. A batch that makes no step (gradient accumulation, or a
-    GradScaler skipping an fp16 overflow, which is no failure) is checked at its end: its
-    loss and the buffers its forward pass changed.
+    An update can also go bad with a finite loss and finite gradients (an absurd learning
+    rate overflowing the weights, BatchNorm statistics overflowing). After each step the
+    largest magnitude of the weights, optimizer state and buffers is taken on the device
+    (one reduction over the state, no copy) into a second flag. Such an update cannot be
+    undone without a copy of the state: the run stops, no checkpoint is written from the
+    broken state (every save checks the flag first), and the message names the last
+    checkpoint written before it, in the checkpoints folder, to resume from.
 
-    Cost per check: about fifteen tensor operations on a GPU, five on a CPU, whatever
-    the number of tensors, as the tensors are handled as a few flat groups (one per
-    device and dtype) rather than one by one; one copy of the parameters, optimizer
-    state and buffers is kept. Tensors on another device than the module's (Adam's step
-    counters stay on the host when the module is on a GPU) cannot be matched against the
-    device-side flag without a sync: they keep a copy per check until the host reads the
-    flag, and are put back from it when the run stops. Under several processes every
-    process sees the same all-reduced update, so all skip the same steps; under FSDP2
-    each rank guards its own shards.
+    `keep_copy=True` undoes bad updates too: a copy of the parameters, optimizer state
+    and buffers after the last good step is kept, and each step is checked after the
+    update and put back from the copy while the flag is up (on a GPU with `torch.where`,
+    on a CPU only when a step is bad). It costs about `COPY_BYTES_PER_PARAMETER` (24)
+    bytes of memory per parameter with AdamW, more than the parameters, gradients and
+    both moments together: measure with `benchmarks/memory.py` before turning it on for
+    a model that fills the device.
+
+    The checks run through torch's optimizer step hooks and Lightning's
+    `on_before_optimizer_step`, so they work for any optimizer and precision, in
+    automatic and manual optimization. A batch that makes no step (gradient accumulation)
+    is checked by its loss. Under several processes every process sees the same
+    all-reduced gradients; the flags are combined over the ranks when the host reads
+    them (a NaN loss on one rank only: turn `check_grad_norm` on so that every rank skips
+    the step). Under FSDP2 each rank checks its own shards.
 
     Args:
-        check_every_n_steps: how often (in training batches) the host reads the flag; the
+        check_every_n_steps: how often (in training batches) the host reads the flags; the
             run stops at most this many batches after the first bad one.
-        check_grad_norm: also check the gradient norm before the step, to report a
-            non-finite gradient as such (the update check catches its effect anyway).
+        check_grad_norm: also check the gradient norm before the step (one norm per
+            step), to skip a step whose gradients are not finite although its loss is.
             Ignored under a GradScaler, whose job non-finite gradients are.
+        keep_copy: keep a copy of the state to undo a bad update too (memory: see above).
     """
 
-    def __init__(self, check_every_n_steps: int = 50, check_grad_norm: bool = False) -> None:
+    def __init__(
+        self, check_every_n_steps: int = 50, check_grad_norm: bool = False, keep_copy: bool = False
+    ) -> None:
         if check_every_n_steps < 1:
             raise ValueError(
                 f"NonFiniteGuard(check_every_n_steps={check_every_n_steps}): use 1 or more "
@@ -77,31 +99,43 @@ class NonFiniteGuard(Callback):
             )
         self.check_every_n_steps = check_every_n_steps
         self.check_grad_norm = check_grad_norm
+        self.keep_copy = keep_copy
         self._handles: list[RemovableHandle] = []
+        self._broken: torch.Tensor | None = None
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._module = pl_module
         self._optimizers = list(trainer.optimizers)
-        self._bad = torch.zeros((), dtype=torch.bool, device=pl_module.device)  # sticky
+        # Sticky flags: a bad loss or gradient (every step from then on is skipped or
+        # undone), and a bad update that nothing undid (no copy).
+        self._bad = torch.zeros((), dtype=torch.bool, device=pl_module.device)
+        self._broken = torch.zeros_like(self._bad)
         self._batches = 0
         self._global_step = self._batch_idx = 0
         self._loss: torch.Tensor | None = None
         self._grad_norm: torch.Tensor | None = None
-        self._stepped = False
-        self._state = self._guarded_state()
-        # Since the host last read the flag: each check, and the tensors the flag cannot
-        # reach before each (history[i] is the state before checks[i]).
+        self._worst: torch.Tensor | None = None
+        self._stepped = self._stopping = self._zeroed = False
+        self._scaler = getattr(trainer.precision_plugin, "scaler", None)
+        self._check_grads = self.check_grad_norm and self._scaler is None
+        # Since the host last read the flags: each check, and with a copy the tensors the
+        # flag cannot reach before each (history[i] is the state before checks[i]).
         self._checks: list[_Check] = []
-        self._history = [self._state.elsewhere()]
-        scaler = getattr(trainer.precision_plugin, "scaler", None)
-        self._check_grads = self.check_grad_norm and scaler is None
+        if self.keep_copy:
+            self._state = self._guarded_state()
+            self._history = [self._state.elsewhere()]
+        else:
+            self._watched = self._watched_state()
         for optimizer in self._optimizers:
             self._handles.append(optimizer.register_step_post_hook(self._after_step))
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        # The state is good here (the last batch read the flag); gathering it again also
-        # follows a buffer that a module replaced instead of updating it in place.
-        self._state = self._guarded_state()
+        # Gathering the state again follows a buffer that a module replaced instead of
+        # updating it in place; with a copy, the state is good here (the flag was read).
+        if self.keep_copy:
+            self._state = self._guarded_state()
+        else:
+            self._watched = self._watched_state()
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._remove_hooks()
@@ -111,6 +145,16 @@ class NonFiniteGuard(Callback):
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
         self._remove_hooks()
+
+    def on_save_checkpoint(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        # Never write a checkpoint from a state a bad update broke: stop instead. (A
+        # skipped step leaves the state good: that save goes ahead.)
+        if self._broken is None or self._stopping or self.keep_copy:
+            return
+        if trainer.strategy.reduce_boolean_decision(bool(self._broken), all=False):
+            self._stop_if_bad(trainer)
 
     def on_train_batch_start(
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
@@ -122,16 +166,21 @@ class NonFiniteGuard(Callback):
     ) -> None:
         # Under a GradScaler this is the scaled loss: finite exactly when the loss is.
         self._loss = loss.detach()
+        if not self.keep_copy:
+            self._bad |= ~torch.isfinite(self._loss)
 
     def on_before_optimizer_step(
         self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
     ) -> None:
-        if not self._check_grads:
+        if self._check_grads:
+            grads = [_local(p.grad) for p in _params(optimizer) if p.grad is not None]
+            if grads:
+                self._grad_norm = get_total_norm(grads, foreach=True)
+        if self.keep_copy:
             return
-        grads = [p.grad for group in optimizer.param_groups for p in group["params"]]
-        norms = [torch.linalg.vector_norm(_local(g)) for g in grads if g is not None]
-        if norms:
-            self._grad_norm = torch.linalg.vector_norm(torch.stack(norms))
+        if self._grad_norm is not None:
+            self._bad |= ~torch.isfinite(self._grad_norm)
+        self._skip_if_bad(optimizer)
 
     def on_train_batch_end(
         self,
@@ -141,20 +190,92 @@ class NonFiniteGuard(Callback):
         batch: Any,
         batch_idx: int,
     ) -> None:
-        if not self._stepped:
-            self._check()
+        if self.keep_copy:
+            if not self._stepped:  # its loss, and the buffers its forward pass changed
+                self._check_and_undo()
+        else:
+            self._checks.append(self._check(self._worst))
         self._stepped = False
         self._batches += 1
         last = trainer.fit_loop.epoch_loop.batch_progress.is_last_batch
         if last or self._batches % self.check_every_n_steps == 0:
             self._stop_if_bad(trainer)
 
+    def _skip_if_bad(self, optimizer: torch.optim.Optimizer) -> None:
+        """Make this step a no-op while the flag is up, without reading it where that waits."""
+        # Under a GradScaler (not fused) the gradients were unscaled and its own flag set
+        # before this hook; it reads that flag on the host at each step anyway.
+        reads_free = self._bad.device.type in FREE_FLAG_READS or self._scaler is not None
+        if reads_free:
+            if not self._bad:
+                return
+            if self._scaler is not None and skips_on_found_inf(optimizer):
+                # The scaler looks for non-finite gradients of a fused optimizer after this.
+                for param in _params(optimizer):
+                    if param.grad is not None:
+                        param.grad.fill_(math.nan)
+                return
+            for param in _params(optimizer):
+                param.grad = None
+        elif skips_on_found_inf(optimizer):
+            optimizer.found_inf = self._bad.float()  # read by the fused kernels; removed after
+        else:
+            self._zeroed = True
+            for param in _params(optimizer):
+                if param.grad is not None:
+                    param.grad.masked_fill_(self._bad, 0.0)
+
     def _after_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         self._stepped = True
-        self._check()
+        if self.keep_copy:
+            self._check_and_undo()
+            return
+        if self._scaler is None:
+            vars(optimizer).pop("found_inf", None)
+        self._worst = self._largest_magnitude()
+        if self._worst is not None:
+            self._broken |= ~torch.isfinite(self._worst)
+
+    def _check(self, worst: torch.Tensor | float | None) -> _Check:
+        check = _Check(self._global_step, self._batch_idx, self._loss, self._grad_norm, worst)
+        self._loss = self._grad_norm = self._worst = None
+        return check
+
+    def _watched_state(self) -> tuple[tuple[int, ...], list[torch.Tensor]]:
+        """The floating tensors of the state on the module's device, and their layout."""
+        found = {
+            id(t): t
+            for t in self._state_tensors().values()
+            if t.is_floating_point() and t.numel() and t.device == self._bad.device
+        }
+        return _layout(self._optimizers), list(found.values())
 
     @torch.no_grad()
-    def _check(self) -> None:
+    def _largest_magnitude(self) -> torch.Tensor | None:
+        """The largest magnitude of the weights, optimizer state and buffers: not finite
+        when one is. One foreach reduction per device and dtype, no copy of the state."""
+        if self._watched[0] != _layout(self._optimizers):  # the step created optimizer state
+            self._watched = self._watched_state()
+        tensors = self._watched[1]
+        return get_total_norm(tensors, norm_type=math.inf, foreach=True) if tensors else None
+
+    def _state_tensors(self) -> dict[int, torch.Tensor]:
+        """Every parameter, optimizer state and buffer (this rank's shards under FSDP2)."""
+        found: dict[int, torch.Tensor] = {}
+        for optimizer in self._optimizers:
+            for param in _params(optimizer):
+                found.setdefault(id(param), _local(param))
+                for value in optimizer.state.get(param, {}).values():
+                    if isinstance(value, torch.Tensor):
+                        found.setdefault(id(value), _local(value))
+        for buffer in self._module.buffers():
+            found.setdefault(id(buffer), buffer)
+        return found
+
+    # --- keep_copy=True: check after the update, undo from the copy -----------------------
+
+    @torch.no_grad()
+    def _check_and_undo(self) -> None:
         """Raise the flag on a non-finite value; undo the step while it is up.
 
         The host reads nothing where that would wait for the device (FREE_FLAG_READS).
@@ -165,16 +286,13 @@ class NonFiniteGuard(Callback):
         current = self._state.gather()
         # Every call here is a tensor operation, slow on a CPU right after the backward pass
         # (cold caches: tens of microseconds each): as few as the check needs.
-        if self._bad.device.type in FREE_FLAG_READS:
-            check = self._check_on_host(current)
-        else:
-            check = self._check_on_device(current)
-        self._state.keep_or_undo(current, self._bad)
+        on_host = self._bad.device.type in FREE_FLAG_READS
+        check = self._copy_check_on_host(current) if on_host else self._copy_check(current)
+        self._state.keep_or_undo(current, self._bad, on_host)
         self._checks.append(check)
         self._history.append(self._state.elsewhere(current))
-        self._loss = self._grad_norm = None
 
-    def _check_on_device(self, current: list[torch.Tensor]) -> _Check:
+    def _copy_check(self, current: list[torch.Tensor]) -> _Check:
         """Raise the flag with tensor operations only: the host reads nothing."""
         loss = None if self._loss is None else self._loss.abs()  # NaN stays NaN, -inf: inf
         worst = None
@@ -183,9 +301,9 @@ class NonFiniteGuard(Callback):
                 worst = value if worst is None else torch.maximum(worst, value)
         if worst is not None:
             self._bad |= ~torch.isfinite(worst)
-        return _Check(self._global_step, self._batch_idx, self._loss, self._grad_norm, worst)
+        return self._check(worst)
 
-    def _check_on_host(self, current: list[torch.Tensor]) -> _Check:
+    def _copy_check_on_host(self, current: list[torch.Tensor]) -> _Check:
         """Raise the flag from values read on the host, where reading waits for nothing.
 
         Two reductions per group and a read of each scalar, instead of the device path's
@@ -196,34 +314,29 @@ class NonFiniteGuard(Callback):
         worst = self._state.worst_on_host(current)
         if not all(math.isfinite(v) for v in (loss, grad_norm, worst) if v is not None):
             self._bad.fill_(True)
+        self._loss = self._grad_norm = None
         return _Check(self._global_step, self._batch_idx, loss, grad_norm, worst)
 
-    def _guarded_state(self, good: dict[int, torch.Tensor] | None = None) -> _GuardedState:
+    def _guarded_state(self, good: dict[int, torch.Tensor] | None = None) -> GuardedState:
         """Every parameter, optimizer state and buffer, with the good copy given or taken now."""
-        found: dict[int, torch.Tensor] = {}
-        for optimizer in self._optimizers:
-            for group in optimizer.param_groups:
-                for param in group["params"]:
-                    found.setdefault(id(param), _local(param))
-                    for value in optimizer.state.get(param, {}).values():
-                        if isinstance(value, torch.Tensor):
-                            found.setdefault(id(value), _local(value))
-        for buffer in self._module.buffers():
-            found.setdefault(id(buffer), buffer)
-        return _GuardedState(found, self._bad.device, _layout(self._optimizers), good)
+        tensors = self._state_tensors()
+        return GuardedState(tensors, self._bad.device, _layout(self._optimizers), good)
+
+    # --- reading the flags --------------------------------------------------------------
 
     def _stop_if_bad(self, trainer: L.Trainer) -> None:
-        if not trainer.strategy.reduce_boolean_decision(bool(self._bad), all=False):
+        flag = self._bad if self.keep_copy else self._bad | self._broken
+        if not trainer.strategy.reduce_boolean_decision(bool(flag), all=False):
             self._checks.clear()
-            del self._history[:-1]  # the state now: the next window's start
+            if self.keep_copy:
+                del self._history[:-1]  # the state now: the next window's start
             return
+        self._stopping = True
         # Only now, with the run stopping, are the checks read on the host.
         found = [(i, check.culprit()) for i, check in enumerate(self._checks)]
         first = next(((i, culprit) for i, culprit in found if culprit is not None), None)
-        if first is not None:  # the groups on the flag's device are back already
+        if self.keep_copy and first is not None:  # the groups on the flag's device are back
             self._state.put_back(self._history[first[0]])
-        path = _checkpoint_dir(trainer) / CHECKPOINT_NAME
-        trainer.save_checkpoint(path, weights_only=False)  # resumable: optimizer and loops too
         if first is None:
             where = "on another process"
         else:
@@ -233,13 +346,47 @@ class NonFiniteGuard(Callback):
                 f"at global step {check.global_step} (batch {check.batch_idx} of epoch "
                 f"{trainer.current_epoch}), {CULPRITS[what]} = {value}"
             )
+        checkpoints = _checkpoint_dir(trainer)
+        if not self.keep_copy and trainer.strategy.reduce_boolean_decision(
+            bool(self._broken), all=False
+        ):
+            raise HealthCheckFailed(self._broken_message(where, checkpoints))
+        path = checkpoints / CHECKPOINT_NAME
+        trainer.save_checkpoint(path, weights_only=False)  # resumable: optimizer and loops too
+        if self._zeroed:
+            applied = (
+                "The steps from then on ran with zero gradients (the optimizer's momentum "
+                "and weight decay still moved the weights; a fused optimizer, `fused: true`, "
+                "skips them exactly); the weights at the stop are saved in"
+            )
+        else:
+            applied = (
+                "No update from that step on was applied; the weights from just before it "
+                "are saved in"
+            )
         raise HealthCheckFailed(
-            f"training diverged: a non-finite value appeared {where}. No update from that "
-            f"step on was applied; the weights from just before it are saved in {path} "
-            "(resume with `--ckpt_path` that file). Common fixes: a lower learning rate "
-            "(the example: `--model.optimizer.lr`), gradient clipping (`--trainer.gradient_clip_val 1.0`), "
-            "or bf16 instead of fp16; the debug preset's anomaly detection names the first "
-            "operation that produced it."
+            f"training diverged: a non-finite value appeared {where}. {applied} {path} "
+            f"(resume with `--ckpt_path` that file). {FIXES}"
+        )
+
+    def _broken_message(self, where: str, checkpoints: Path) -> str:
+        written = sorted(
+            (p for p in checkpoints.glob("*.ckpt") if p.name != CHECKPOINT_NAME),
+            key=lambda p: p.stat().st_mtime,
+        )
+        if written:
+            last = (
+                f"the last checkpoint written before it is {written[-1]}: resume from it "
+                "(`--ckpt_path` that file) after one of the fixes below"
+            )
+        else:
+            last = f"no checkpoint was written before it in {checkpoints}: start again"
+        return (
+            f"training diverged: a non-finite value appeared {where}, after an update whose "
+            "loss was finite. Such an update cannot be undone without a copy of the state, "
+            "so nothing was saved from it; "
+            f"{last}. {FIXES} `keep_copy: true` on NonFiniteGuard undoes such an update "
+            f"instead (about {COPY_BYTES_PER_PARAMETER} bytes of memory per parameter)."
         )
 
     def _remove_hooks(self) -> None:
@@ -254,7 +401,7 @@ class _Check:
 
     global_step: int
     batch_idx: int
-    # Tensors from the device path, numbers from the host path.
+    # Tensors on the device path, numbers on the host path.
     loss: torch.Tensor | float | None
     grad_norm: torch.Tensor | float | None
     worst: torch.Tensor | float | None  # the largest magnitude of all: not finite when one is not
@@ -267,143 +414,8 @@ class _Check:
         return None
 
 
-class _Group:
-    """Tensors of one device and dtype, gathered into one flat tensor and written back.
-
-    One `torch.cat` and one `copy_each` per group, instead of a call per tensor: what
-    keeps the guard cheap on a small model, where the per-call cost dominates.
-    """
-
-    def __init__(self, keys: list[int], tensors: list[torch.Tensor]) -> None:
-        self.keys = keys
-        self.tensors = tensors
-        # Views share the tensors' memory; a non-contiguous tensor is copied each time.
-        self.contiguous = all(t.is_contiguous() for t in tensors)
-        self.views = [t.detach().view(-1) if self.contiguous else t for t in tensors]
-        self.sizes = [t.numel() for t in tensors]
-
-    def gather(self) -> torch.Tensor:
-        if self.contiguous:
-            return torch.cat(self.views)
-        return torch.cat([t.reshape(-1) for t in self.tensors])
-
-    def write(self, flat: torch.Tensor) -> None:
-        pieces = list(flat.split(self.sizes))
-        if self.contiguous:
-            copy_each(self.views, pieces)
-        else:
-            for tensor, piece in zip(self.tensors, pieces, strict=True):
-                tensor.copy_(piece.view(tensor.shape))
-
-    def pieces(self, flat: torch.Tensor) -> dict[int, torch.Tensor]:
-        return dict(zip(self.keys, flat.split(self.sizes), strict=True))
-
-
-class _GuardedState:
-    """The guarded tensors in flat groups, with a copy of the last good values of each.
-
-    `here`: the groups on the flag's device, undone on the device with `torch.where`.
-    `elsewhere`: the others, which the caller keeps a copy of per check instead.
-    """
-
-    def __init__(
-        self,
-        tensors: dict[int, torch.Tensor],
-        device: torch.device,
-        layout: tuple[int, ...],
-        good: dict[int, torch.Tensor] | None = None,
-    ) -> None:
-        self.layout = layout
-        by_kind: dict[tuple[torch.device, torch.dtype, bool], list[tuple[int, torch.Tensor]]] = {}
-        for key, tensor in tensors.items():
-            kind = (tensor.device, tensor.dtype, tensor.is_contiguous())
-            by_kind.setdefault(kind, []).append((key, tensor))
-        groups = [
-            _Group([k for k, _ in items], [t for _, t in items]) for items in by_kind.values()
-        ]
-        self.here = [g for g in groups if g.tensors[0].device == device]
-        self.others = [g for g in groups if g.tensors[0].device != device]
-        self.good = [g.gather() if good is None else _assemble(g, good) for g in self.here]
-
-    def gather(self) -> list[torch.Tensor]:
-        return [group.gather() for group in [*self.here, *self.others]]
-
-    def magnitudes(self, current: list[torch.Tensor]) -> list[torch.Tensor]:
-        """Per floating group on the flag's device, its largest magnitude: NaN if one is.
-
-        abs().amax(), not vector_norm(inf): the same value, 25 times faster on a CPU.
-        """
-        return [
-            flat.abs().amax()
-            for flat in current[: len(self.here)]
-            if flat.is_floating_point() and flat.numel()
-        ]
-
-    def worst_on_host(self, current: list[torch.Tensor]) -> float | None:
-        """The largest magnitude of the floating groups on the flag's device, read on the
-        host; a NaN or an infinity when there is one. None: no floating tensor there.
-
-        amax and amin: two reductions that write nothing, where abs().amax() writes a
-        temporary as large as the state.
-        """
-        extremes = [
-            float(extreme)
-            for flat in current[: len(self.here)]
-            if flat.is_floating_point() and flat.numel()
-            for extreme in (flat.amax(), flat.amin())
-        ]
-        if not extremes:
-            return None
-        return next((x for x in extremes if not math.isfinite(x)), max(map(abs, extremes)))
-
-    def keep_or_undo(self, current: list[torch.Tensor], bad: torch.Tensor) -> None:
-        """Where the flag is up, put the good copy back; else the current values become it."""
-        if bad.device.type in FREE_FLAG_READS:
-            # Read on the host: the `where` and the write-back, a pass over the whole state
-            # each, happen only to undo (two thirds of the check's cost on a small model).
-            if bad:
-                for group, good in zip(self.here, self.good, strict=True):
-                    group.write(good)
-            else:
-                self.good = current[: len(self.here)]
-            return
-        for index, (group, flat) in enumerate(zip(self.here, current, strict=False)):
-            torch.where(bad, self.good[index], flat, out=flat)
-            group.write(flat)
-            self.good[index] = flat
-
-    def good_pieces(self) -> dict[int, torch.Tensor]:
-        pieces: dict[int, torch.Tensor] = {}
-        for group, flat in zip(self.here, self.good, strict=True):
-            pieces |= group.pieces(flat)
-        return pieces
-
-    def elsewhere(
-        self, current: list[torch.Tensor] | None = None
-    ) -> list[tuple[_Group, torch.Tensor]]:
-        """The groups off the flag's device with their values now (from `current` if given)."""
-        if current is None:
-            return [(group, group.gather()) for group in self.others]
-        return list(zip(self.others, current[len(self.here) :], strict=True))
-
-    def put_back(self, kept: Iterable[tuple[_Group, torch.Tensor]]) -> None:
-        """Write values kept by `elsewhere` back (tensors made since then: zeros)."""
-        pieces: dict[int, torch.Tensor] = {}
-        for group, flat in kept:
-            pieces |= group.pieces(flat)
-        for group in self.others:
-            group.write(_assemble(group, pieces))
-
-
-def _assemble(group: _Group, pieces: dict[int, torch.Tensor]) -> torch.Tensor:
-    """A group's flat values from per-tensor pieces; a tensor without one gets zeros."""
-    flat = [pieces.get(key) for key in group.keys]
-    return torch.cat(
-        [
-            p if p is not None else torch.zeros(n, dtype=t.dtype, device=t.device)
-            for p, n, t in zip(flat, group.sizes, group.tensors, strict=True)
-        ]
-    )
+def _params(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    return [param for group in optimizer.param_groups for param in group["params"]]
 
 
 def _layout(optimizers: list[torch.optim.Optimizer]) -> tuple[int, ...]:
