@@ -1,4 +1,4 @@
-"""Runs the three benchmarks and writes `benchmarks/RESULTS.md` from what they print.
+"""Runs the four benchmarks and writes `benchmarks/RESULTS.md` from what they print.
 
 The file is never edited by hand: it records the machine, the versions, the date and the
 commit next to each benchmark's full output, and checks each figure against its target.
@@ -34,6 +34,10 @@ BENCHMARKS = {
     "overhead": (COUNTS_INSTRUCTIONS, ["--repeats", "1", "--warmup", "2", "--steps", "3"]),
     "startup": ([], ["--repeats", "1"]),
     "render": ([], ["--repeats", "1"]),
+    "memory": (
+        ["--keep-copy"],
+        ["--width", "256", "--layers", "2", "--steps", "2", "--repeats", "1"],
+    ),
 }
 PACKAGES = ("torch", "lightning", "torchmetrics", "jsonargparse", "numpy", "copier")
 
@@ -109,6 +113,20 @@ FIGURES = (
         lambda value: float(value) <= 3,
     ),
     Figure("copier update, s", "render", r", update ([0-9.]+) s$", "-", lambda value: True),
+    Figure(
+        "memory ratio (generated fit / plain Lightning, peak RSS)",
+        "memory",
+        r"^memory ratio: ([0-9.]+) ",
+        "<= 1.05",
+        lambda value: float(value) <= 1.05,
+    ),
+    Figure(
+        "memory overhead, bytes per parameter",
+        "memory",
+        r"^memory ratio: .*, (-?[0-9.]+) bytes per parameter$",
+        "-",
+        lambda value: True,
+    ),
 )
 
 

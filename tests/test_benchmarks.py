@@ -81,6 +81,21 @@ def test_render_ends_with_copy_and_update_times(results):
     assert re.fullmatch(rf"render: copy {NUMBER} s \(target <= 3 s\), update {NUMBER} s", lines[-1])
 
 
+def test_memory_ends_with_its_ratio_and_bytes_per_parameter(results):
+    lines = section(results, "memory")
+    for variant in ("(b) plain Lightning Trainer", "(c) generated project's fit"):
+        assert any(line.strip().startswith(variant) for line in lines), variant
+    assert any(
+        re.fullmatch(r"ratio c / b \(target <= 1\.05\): median [0-9]\.[0-9]{3}, min-max .*", line)
+        for line in lines
+    ), lines
+    assert re.fullmatch(
+        rf"memory ratio: {NUMBER} \(generated fit / plain Lightning\), "
+        r"-?[0-9]+\.[0-9] bytes per parameter",
+        lines[-1],
+    )
+
+
 def test_results_record_the_run_and_check_every_figure(results):
     assert "Quick run" in results  # a quick run never passes for a real one
     for field in ("- date: ", "- template commit: ", "- CPU: ", "- memory: ", "- OS: ",
@@ -91,7 +106,7 @@ def test_results_record_the_run_and_check_every_figure(results):
     rows = re.findall(r"^\| (.+?) \| (.+?) \| (.+?) \| (yes|\*\*no\*\*|-) \|$", results, re.M)
     assert [row[0].split(" ")[0] for row in rows] == [
         "template", "overhead", "instruction", "instruction", "losses", "startup", "copier",
-        "copier",
+        "copier", "memory", "memory",
     ]  # fmt: skip
     # A quick run counts no instructions (minutes under valgrind), and says so.
     assert [row[1] for row in rows if row[0].startswith("instruction")] == [
