@@ -50,6 +50,7 @@ class Probe(L.Callback):
             start_step=trainer.global_step,
             world_size=trainer.world_size,
             global_rank=trainer.global_rank,
+            root=str(trainer.default_root_dir),
             deterministic=torch.are_deterministic_algorithms_enabled(),
             anomaly_detection=torch.is_anomaly_enabled(),
             callbacks=[type(callback).__name__ for callback in trainer.callbacks],

@@ -73,7 +73,8 @@ def checkpoint_file(command: str, config: Namespace, layout: RunLayout) -> Path 
     if not path.exists():
         sys.exit(
             f"error: --ckpt_path {ckpt_path}: no such file ({path}). Give a checkpoint file, "
-            "or `last` / `best` for the run in --trainer.default_root_dir."
+            "or `last` / `best` for the newest run of the experiment (or the run in "
+            "--trainer.default_root_dir)."
         )
     if is_sharded(path):
         return one_process_checkpoint(command, path, config.trainer.get("strategy"))
@@ -221,8 +222,8 @@ class CheckpointHparams:
                 "Resuming restores the optimizer and scheduler state saved with the "
                 "checkpoint's values, so new ones would not (or only partly) take effect. To "
                 "continue the run as it was, drop these flags. To train from these weights "
-                f"with new settings, start a new run: `fit --init_from {self.path} "
-                "--trainer.default_root_dir runs/<new name>` with your flags."
+                f"with new settings, start a new run: `fit --init_from {self.path}` with "
+                "your flags (a new run folder, runs/<experiment>/<date>_<time>/)."
             )
         kept = []
         for key in sorted(conflicts, key=len):  # a whole class before its arguments
@@ -257,8 +258,8 @@ class CheckpointHparams:
             "cosine decay, a `T_max` or `total_steps`) does not stretch on a resume: it "
             "continues from its saved state, so the rate jumps, or rises again past the old "
             "end. To train longer on a schedule made for the new length, start a new run "
-            f"from these weights: `fit --init_from {self.path} --trainer.default_root_dir "
-            "runs/<new name>` with the new length."
+            f"from these weights: `fit --init_from {self.path}` with the new length (a new "
+            "run folder)."
         )
 
     def _explicit(self, key: str, section: str = "model") -> bool:

@@ -9,6 +9,7 @@ Only LightningCLI's public hooks are used: `add_arguments_to_parser` (options, l
 
 import pydoc
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
@@ -30,14 +31,28 @@ from .inspect_ckpt import check_weights_fit, load_checkpoint
 from .loader_hooks import watch_loaders
 from .monitor import MonitoredMetricCheck
 from .no_profiler import NoProfiler
-from .paths import DEFAULT_CONFIG, DEFAULT_RUN_ROOT, RunLayout, project_path, unused_name
+from .paths import (
+    DEFAULT_CONFIG,
+    DEFAULT_EXPERIMENT,
+    RUNS,
+    RunLayout,
+    project_path,
+    unused_name,
+)
 from .precision import trainer_kwargs_for_accelerator
 from .progress import replace_default_progress_bar
 from .provenance import CheckpointProvenance
 from .resume import InterruptCheckpoint
+from .run_folders import (
+    claim_fresh,
+    experiment_config,
+    experiment_folder,
+    forget_exported,
+    planned_root,
+)
 from .run_length import ProjectTrainer
-from .run_record import continue_loggers, record_invocation
-from .run_root import claim_run_root
+from .run_record import continue_loggers, record_end, record_invocation
+from .run_root import claim_run_root, is_launching_process
 from .yaml_guard import checked_config_words, guard_jsonargparse_yaml
 
 TRAINER_COMMANDS = ("fit", "validate", "test", "predict")
@@ -65,7 +80,10 @@ class ProjectCLI(LightningCLI):
     - Relative `trainer.default_root_dir` is taken relative to the project root; every
       output of a run lives under it (paths.RunLayout): loggers' folders, the saved
       config, checkpoints in the fixed `<root>/checkpoints/` (so `--ckpt_path last`
-      resumes a rerun) and predictions.
+      resumes a rerun) and predictions. Without one, each fit gets a fresh folder
+      `runs/<experiment>/<date>_<time>/`, and `--ckpt_path last|best` reads the newest
+      run of the experiment (run_folders.py). `--experiment NAME` stacks
+      `configs/experiments/NAME.yaml` on the defaults and names the runs' folder.
     - `--ckpt_path best` also works in a fresh process (validate/test/predict): it is read
       from the ModelCheckpoint state stored in `<root>/checkpoints/last.ckpt`.
     - A fit whose first validation does not log `checkpoint.monitor` stops before
@@ -92,8 +110,19 @@ class ProjectCLI(LightningCLI):
     """
 
     _checkpoint_hparams: CheckpointHparams | None = None
+    _fresh_root: bool = False  # the run root is a new folder, claimed before instantiation
+    _recorded: Path | None = None  # the run root whose command.txt records this command
 
     def __init__(self, args: list[str] | None = None, **kwargs) -> None:
+        started = time.monotonic()
+        try:
+            self._init(args, **kwargs)
+        finally:
+            forget_exported()
+            if self._recorded is not None:
+                record_end(self._recorded, time.monotonic() - started, sys.exc_info()[0])
+
+    def _init(self, args: list[str] | None = None, **kwargs) -> None:
         if not DEFAULT_CONFIG.is_file():
             sys.exit(
                 f"error: the default config {DEFAULT_CONFIG} is missing. It holds the run's "
@@ -135,6 +164,19 @@ class ProjectCLI(LightningCLI):
             "data.init_args.num_classes", "model.init_args.net.init_args.num_classes"
         )
         parser.add_argument(
+            "--experiment",
+            type=str,
+            default=DEFAULT_EXPERIMENT,
+            help="Stacks configs/experiments/NAME.yaml on the defaults; without "
+            "--trainer.default_root_dir, runs go to runs/NAME/<date>_<time>/.",
+        )
+        parser.add_argument(
+            "--runs_dir",
+            type=str,
+            default=RUNS,
+            help="The folder of the experiments' run folders (relative to the project).",
+        )
+        parser.add_argument(
             "--test_after_fit",
             type=bool,
             default=True,
@@ -162,9 +204,17 @@ class ProjectCLI(LightningCLI):
     def parse_arguments(self, parser: LightningArgumentParser, args) -> None:
         words = [str(word) for word in (sys.argv[1:] if args is None else args)]
         self._words = words[1:]
-        self.config = _parse_with_own_defaults(parser, checked_config_words(words))
-        config = self.config[self.config.subcommand]
-        layout = RunLayout(project_path(config.trainer.default_root_dir or DEFAULT_RUN_ROOT))
+        self.config = _parse_with_own_defaults(
+            parser, _with_experiment(checked_config_words(words))
+        )
+        command = self.config.subcommand
+        config = self.config[command]
+        folder = experiment_folder(config.runs_dir, config.experiment)
+        if config.trainer.default_root_dir:
+            layout = RunLayout(project_path(config.trainer.default_root_dir))
+        else:
+            root, self._fresh_root = planned_root(command, folder, config.get("ckpt_path"))
+            layout = RunLayout(root)
         config.trainer.default_root_dir = str(layout.root)
         _root_loggers(config.trainer.logger, layout.root)
         if config.get("ckpt_path") == "best" and self.config.subcommand != "fit":
@@ -195,8 +245,12 @@ class ProjectCLI(LightningCLI):
         if self._checkpoint_hparams is not None:
             self._checkpoint_hparams.reconcile(config)
         layout = RunLayout(config.trainer.default_root_dir)
+        if self._fresh_root and is_launching_process():
+            layout = RunLayout(claim_fresh(layout.root))
+            _move_root(config, config.trainer.default_root_dir, layout.root)
         claim_run_root(self.config.subcommand, layout, config.get("ckpt_path"))
         record_invocation(layout.root, [self.config.subcommand, *self._words])
+        self._recorded = layout.root
         if self.config.subcommand == "fit" and config.get("ckpt_path"):
             continue_loggers(config.trainer.logger, project_path(config.ckpt_path))
 
@@ -334,6 +388,33 @@ def _is_example_class(section, class_path: str) -> bool:
     if "." not in named:  # a bare class name, which jsonargparse looks up among the subclasses
         return named == class_path.rsplit(".", 1)[-1]
     return pydoc.locate(named) is pydoc.locate(class_path)
+
+
+def _with_experiment(words: list[str]) -> list[str]:
+    """`--config configs/experiments/NAME.yaml` after the command when `--experiment NAME` is
+    given: stacked on configs/default.yaml, under every other `--config` and flag typed."""
+    name = None
+    for index, word in enumerate(words):
+        if word == "--experiment" and index + 1 < len(words):
+            name = words[index + 1]
+        elif word.startswith("--experiment="):
+            name = word.split("=", 1)[1]
+    path = experiment_config(name) if name else None
+    return [words[0], f"--config={path}", *words[1:]] if path else words
+
+
+def _move_root(config: Namespace, old: str, new: Path) -> None:
+    """The run root, and the loggers' folders pointed at it, moved to the claimed folder."""
+    config.trainer.default_root_dir = str(new)
+    entries = (
+        config.trainer.logger
+        if isinstance(config.trainer.logger, list)
+        else [config.trainer.logger]
+    )
+    for entry in entries:
+        init_args = entry.get("init_args") if isinstance(entry, Namespace) else None
+        if init_args is not None and init_args.get("save_dir") == old:
+            init_args.save_dir = str(new)
 
 
 def _listed(value) -> list:

@@ -11,7 +11,9 @@ from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_CONFIG = PROJECT_ROOT / "configs" / "default.yaml"
-DEFAULT_RUN_ROOT = "runs/default"  # when a config sets no trainer.default_root_dir
+RUNS = "runs"  # runs/<experiment>/<date>_<time>/ when a config sets no default_root_dir
+DEFAULT_EXPERIMENT = "default"
+EXPERIMENTS = PROJECT_ROOT / "configs" / "experiments"  # <name>.yaml: `--experiment <name>`
 LAST_CHECKPOINT = "last.ckpt"  # ModelCheckpoint's save_last name, which `--ckpt_path last` reads
 
 

@@ -4,10 +4,12 @@
 Written by every Trainer command (ProjectCLI):
 
 - `<root>/command.txt`: each invocation appended (time, host, working directory, the
-  command line), so a folder says how it was made and resumed.
+  command line), so a folder says how it was made and resumed; when it ends, a line
+  `# ended ... after N s` (its whole time: data setup, sanity check, every epoch with its
+  validation, test after fit, checkpoint writes; not the Python start before parsing).
 - A resumed `fit` continues the loggers recorded in its checkpoint's provenance: the same
   CSV / TensorBoard `version` folder (CSV rows are appended, loggers.py) and the same wandb
-  run, instead of a new `version_N` per resume.
+  or MLflow run, instead of a new `version_N` (run) per resume.
 
 Read back, from what runs already write (so runs made before this module read too): the
 resolved config (the checkpoint's provenance, else the saved `config*.yaml`), the
@@ -48,13 +50,41 @@ def record_invocation(root: Path, words: list[str]) -> None:
         file.write(f"{program} {shlex.join(words)}\n")
 
 
+@rank_zero_only
+def record_end(root: Path, seconds: float, error: type | None) -> None:
+    """Append how long the command recorded last took, and how it ended (rank 0 only)."""
+    layout = RunLayout(root)
+    if not layout.command.is_file():
+        return
+    stamp = datetime.now().astimezone().isoformat(timespec="seconds")
+    how = "" if error is None else f" ({error.__name__})"
+    with layout.command.open("a", encoding="utf-8") as file:
+        file.write(f"# ended {stamp} after {seconds:.1f} s{how}\n")
+
+
+def command_seconds(root: Path, command: str = "fit") -> float | None:
+    """The summed time of every `command` run on this root that recorded its end."""
+    layout = RunLayout(root)
+    if not layout.command.is_file():
+        return None
+    total, current, found = 0.0, None, False
+    for line in layout.command.read_text(encoding="utf-8", errors="replace").splitlines():
+        ended = re.match(r"# ended \S+ after ([0-9.]+) s", line)
+        if ended and current == command:
+            total, found = total + float(ended[1]), True
+        elif not line.startswith("#") and line.strip():
+            words = line.split()
+            current = words[3] if len(words) > 3 else None  # python -m <package> <command>
+    return total if found else None
+
+
 def continue_loggers(logger_config: Any, checkpoint_path: Path) -> None:
     """Point the configured loggers at the versions / run the checkpoint was logged to.
 
     The provenance record names each logger class with its version (CheckpointProvenance);
-    a logger whose version (wandb: id) is set explicitly keeps it. A recorded version that
-    is not a plain name (`../..`) is not followed: loggers make a folder of it, and a
-    checkpoint from elsewhere must not choose where the run writes.
+    a logger whose version (wandb: id, MLflow: run_id) is set explicitly keeps it. A
+    recorded version that is not a plain name (`../..`) is not followed: loggers make a
+    folder of it, and a checkpoint from elsewhere must not choose where the run writes.
     """
     if not checkpoint_path.is_file():
         return
@@ -73,6 +103,9 @@ def continue_loggers(logger_config: Any, checkpoint_path: Path) -> None:
         if str(entry.class_path).endswith("WandbLogger"):
             if not init_args.get("id"):
                 init_args.id, init_args.resume = version, "allow"
+        elif str(entry.class_path).endswith("MLFlowLogger"):
+            if not init_args.get("run_id"):
+                init_args.run_id = version
         elif init_args.get("version") is None:
             # Recorded as text; "0" must become 0 again, or the folder is "0", not "version_0".
             init_args.version = int(version) if version.isdigit() else version
@@ -106,12 +139,18 @@ class RunRecord:
         return max(steps) if steps else None
 
     @property
-    def wall_seconds(self) -> float | None:
-        """Training time over every resume, from Lightning's Timer callback, when it ran."""
+    def train_seconds(self) -> float | None:
+        """Lightning's Timer over every resume: the fit loop from its start to the last
+        checkpoint, validation included; not the startup, data setup or test after fit."""
         for key, state in (self.checkpoint.get("callbacks") or {}).items():
             if str(key).startswith("Timer") and isinstance(state, dict):
                 return float(state.get("time_elapsed", {}).get("train", 0.0)) or None
         return None
+
+    @property
+    def wall_seconds(self) -> float | None:
+        """The `fit` commands on this root from parsing to exit, summed (command.txt)."""
+        return command_seconds(self.root)
 
     @property
     def commit(self) -> str:

@@ -8,7 +8,8 @@ naming the folder, and a `fit` whose run root
 - already holds a run (files in `<root>/checkpoints/`) and no `--ckpt_path` is given: a
   new fit there would overwrite `last.ckpt` and the best checkpoints of the earlier run.
   The way on is to resume it (`--ckpt_path last`) or to start the new run elsewhere
-  (`--trainer.default_root_dir runs/<new name>`). A SLURM requeue is the exception:
+  (without `--trainer.default_root_dir`, each fit gets a folder of its own:
+  run_folders.py). A SLURM requeue is the exception:
   Lightning resumes it from `<root>/hpc_ckpt_*.ckpt` without `--ckpt_path`
   (configs/presets/slurm.yaml), so a root holding one is let through;
 - is in use by another live `fit` (on this machine or, on a shared filesystem that
@@ -89,8 +90,9 @@ def claim_for_fit(layout: RunLayout, ckpt_path: str | None) -> None:
         sys.exit(
             f"error: {layout.root} already holds a run (checkpoints in {layout.checkpoints}); "
             "a new fit there would overwrite them. To continue that run, add `--ckpt_path "
-            "last`. To start a new run, give it its own folder: `--trainer.default_root_dir "
-            "runs/<new name>`. (Nothing was written.)"
+            "last`. To start a new run, leave out --trainer.default_root_dir (each fit then "
+            "gets its own runs/<experiment>/<date>_<time>/) or give another folder. "
+            "(Nothing was written.)"
         )
     _lock(layout.root)
 

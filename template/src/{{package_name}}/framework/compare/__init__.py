@@ -3,10 +3,13 @@
 
 One row per run (or per config, with mean ± standard deviation and n, when runs differ
 only by their seed): the config keys that differ between rows, the best and final value of
-the monitored metric (`checkpoint.monitor`), steps, training time (over every resume) and
-the commit the run was trained from (`+dirty` for uncommitted changes), sorted best first.
-A sweep folder (runs/sweeps/<name>) gives one row per trial. `--plot` draws the metric
-against steps for every run and, for a sweep, against each searched parameter.
+the monitored metric (`checkpoint.monitor`), steps, two times (`train`: the fit loop with
+its validation, over every resume, from Lightning's Timer; `wall`: the fit commands from
+start to exit, summed from command.txt) and the commit the run was trained from (`+dirty`
+for uncommitted changes), sorted best first. An experiment folder (runs/<experiment>)
+gives one row per run; a sweep folder (runs/sweeps/<name>) one per trial. `--plot` draws
+the metric against steps for every run and, for a sweep, against each searched parameter
+(on a log axis where the sweep's spec sampled it on a log scale).
 
 It reads only what runs write anyway (run_record.py): the checkpoint's provenance and
 callback states, the saved config, the CSV logger's metrics.csv; runs made by older
@@ -37,7 +40,7 @@ def compare(argv: Sequence[str]) -> int:
     parser.add_argument("--plot", type=Path, help="write a PNG of the metric per run")
     parser.add_argument("--format", choices=("table", "csv", "markdown"), default="table")
     args = parser.parse_args(list(argv))
-    from .table import render, rows
+    from .table import TIME_COLUMNS, render, rows
 
     roots = [root for folder in args.folders for root in _runs_in(_existing(folder))]
     runs = list(dict.fromkeys(roots))
@@ -64,10 +67,13 @@ def compare(argv: Sequence[str]) -> int:
             file=sys.stderr,
         )
     print(render(table, monitor, mode, args.format), end="")
+    if args.format == "table":
+        print(f"note: {TIME_COLUMNS}", file=sys.stderr)
     if args.plot:
-        from .plot import write_plot
+        from .plot import log_sampled, write_plot
 
-        for note in write_plot(table, monitor, mode, args.plot):
+        logs = log_sampled([_existing(folder) for folder in args.folders])
+        for note in write_plot(table, monitor, mode, args.plot, logs):
             print(f"note: {note}", file=sys.stderr)
         print(f"wrote {args.plot}", file=sys.stderr)
     return 0
@@ -80,23 +86,23 @@ def _existing(folder: Path) -> Path:
             return candidate.resolve()
     sys.exit(
         f"error: {folder} is not a folder (looked in the working directory and the project "
-        "root). Give a run root (`--trainer.default_root_dir` of a fit, e.g. runs/default) "
-        "or a sweep folder (runs/sweeps/<name>)."
+        "root). Give a run folder (runs/<experiment>/<date>_<time>), an experiment "
+        "folder (runs/<experiment>) or a sweep folder (runs/sweeps/<name>)."
     )
 
 
 def _runs_in(folder: Path, depth: int = 0) -> list[Path]:
-    if is_run(folder):
-        return [folder]
-    found = []
+    """The runs in `folder`: itself, and the runs below it (a `runs/default` from before
+    run folders is a run that later runs of its experiment are made in)."""
+    found = [folder] if is_run(folder) else []
     if depth < MAX_DEPTH:
         for child in sorted(path for path in folder.iterdir() if path.is_dir()):
             found += _runs_in(child, depth + 1)
     if depth == 0 and not found:
         sys.exit(
             f"error: {folder} is not a run folder: neither it nor its subfolders hold "
-            "checkpoints/, command.txt or <logger>/version_N/metrics.csv. Give the root of a "
-            "run (`--trainer.default_root_dir` of a fit, e.g. runs/default) or a sweep "
-            "folder (runs/sweeps/<name>)."
+            "checkpoints/, command.txt or <logger>/version_N/metrics.csv. Give a run folder "
+            "(runs/<experiment>/<date>_<time>), an experiment folder (runs/<experiment>) or "
+            "a sweep folder (runs/sweeps/<name>)."
         )
     return found

@@ -4,8 +4,9 @@
 The first panel draws every run's monitored metric (from its CSV logger's metrics.csv)
 against the training step, each line labelled at its end with the run's name. For runs
 that differ in their settings (a sweep), one more panel per differing key plots the best
-value against that key's value (log scale for positive numbers spanning a decade or
-more, categories as ticks), each point labelled with its row's name; rows over several
+value against that key's value (a log axis for a parameter the sweep's spec sampled on a
+log scale, `log: true`, as its Optuna study records it; outside a sweep, for positive
+numbers spanning a decade or more; categories as ticks), each point labelled with its row's name; rows over several
 seeds show their mean with a bar of one standard deviation. matplotlib draws with its
 Agg backend: no display needed.
 """
@@ -18,7 +19,35 @@ from .table import Row, differing_keys
 COLUMNS = 3
 
 
-def write_plot(table: list[Row], monitor: str | None, mode: str, path: Path) -> list[str]:
+def log_sampled(folders: list[Path]) -> dict[str, bool]:
+    """Searched key -> whether it was sampled on a log scale, for each sweep among `folders`.
+
+    Read from the study's own distributions (FloatDistribution.log, IntDistribution.log)
+    in `optuna.journal`, the record of what every trial was sampled from.
+    """
+    journals = [folder / "optuna.journal" for folder in folders]
+    journals = [journal for journal in journals if journal.is_file()]
+    if not journals:
+        return {}
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    scales: dict[str, bool] = {}
+    for journal in journals:
+        storage = JournalStorage(JournalFileBackend(str(journal)))
+        for study in storage.get_all_studies():
+            for trial in storage.get_all_trials(
+                storage.get_study_id_from_name(study.study_name), deepcopy=False
+            ):
+                for key, distribution in trial.distributions.items():
+                    log = bool(getattr(distribution, "log", False))
+                    scales[key] = scales.get(key, False) or log
+    return scales
+
+
+def write_plot(
+    table: list[Row], monitor: str | None, mode: str, path: Path, logs: dict[str, bool]
+) -> list[str]:
     """Draw the PNG; the notes for runs that could not be drawn (no CSV metrics)."""
     import matplotlib
 
@@ -33,7 +62,7 @@ def write_plot(table: list[Row], monitor: str | None, mode: str, path: Path) -> 
     flat = list(axes.flat)
     notes = _curves(flat[0], table, monitor, mode)
     for axis, key in zip(flat[1:], keys, strict=False):
-        _against(axis, table, key, monitor, mode)
+        _against(axis, table, key, monitor, mode, logs.get(key))
     for axis in flat[panels:]:
         axis.set_visible(False)
     figure.tight_layout()
@@ -73,7 +102,9 @@ def _curves(axis, table: list[Row], monitor: str | None, mode: str) -> list[str]
     return notes
 
 
-def _against(axis, table: list[Row], key: str, monitor: str | None, mode: str) -> None:
+def _against(
+    axis, table: list[Row], key: str, monitor: str | None, mode: str, log: bool | None
+) -> None:
     rows = [row for row in table if row.best and key in row.config]
     texts = [row.config[key] for row in rows]
     numbers = [_number(text) for text in texts]
@@ -96,7 +127,8 @@ def _against(axis, table: list[Row], key: str, monitor: str | None, mode: str) -
         axis.annotate(
             row.label, (x, mean), xytext=(4, 3), textcoords="offset points", color=color, fontsize=8
         )
-    if numeric and xs and min(xs) > 0 and max(xs) / min(xs) >= 10:
+    spans_decades = numeric and xs and min(xs) > 0 and max(xs) / min(xs) >= 10
+    if numeric and xs and min(xs) > 0 and (log if log is not None else spans_decades):
         axis.set_xscale("log")
     axis.set_xlabel(key)
     axis.set_ylabel(f"best {monitor}")

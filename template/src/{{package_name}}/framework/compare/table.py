@@ -42,6 +42,11 @@ class Row:
         return round(statistics.fmean(steps)) if steps else None
 
     @property
+    def train_seconds(self) -> float | None:
+        times = [run.train_seconds for run in self.runs if run.train_seconds is not None]
+        return statistics.fmean(times) if times else None
+
+    @property
     def wall_seconds(self) -> float | None:
         walls = [run.wall_seconds for run in self.runs if run.wall_seconds is not None]
         return statistics.fmean(walls) if walls else None
@@ -151,8 +156,19 @@ def _duration(seconds: float | None) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
+TIME_COLUMNS = (
+    "train: the fit loop, validation included, over every resume (Lightning's Timer); "
+    "wall: the fit commands from start to exit, summed (command.txt): data setup, "
+    "checkpoint writes and the test after fit too"
+)
+
+
 def render(table: list[Row], monitor: str | None, mode: str, style: str) -> str:
-    """The table as aligned text (`table`), `csv` (full precision) or `markdown`."""
+    """The table as aligned text (`table`), `csv` (full precision) or `markdown`.
+
+    Two times, because they answer different questions: `train` (what the model cost)
+    and `wall` (what the run cost); TIME_COLUMNS says what each measures.
+    """
     keys = differing_keys(table)
     grouped = any(row.n > 1 for row in table)
     metric = f"{monitor} ({mode})" if monitor else "metric"
@@ -160,12 +176,13 @@ def render(table: list[Row], monitor: str | None, mode: str, style: str) -> str:
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
         header = ["run", "n", *keys, "metric", "best", "best_std", "final", "final_std"]
-        writer.writerow([*header, "steps", "wall_seconds", "commit"])
+        writer.writerow([*header, "steps", "train_seconds", "wall_seconds", "commit"])
         for row in table:
             best, best_std = _stat(row.best)
             final, final_std = _stat(row.final)
             values = [row.label, row.n, *(row.config.get(k, "") for k in keys), monitor or ""]
-            numbers = [best, best_std, final, final_std, row.steps, row.wall_seconds]
+            numbers = [best, best_std, final, final_std, row.steps, row.train_seconds]
+            numbers.append(row.wall_seconds)
             writer.writerow([*values, *("" if v is None else v for v in numbers), row.commit])
         return out.getvalue()
     header = [
@@ -175,6 +192,7 @@ def render(table: list[Row], monitor: str | None, mode: str, style: str) -> str:
         f"best {metric}",
         "final",
         "steps",
+        "train",
         "wall",
         "commit",
     ]
@@ -186,6 +204,7 @@ def render(table: list[Row], monitor: str | None, mode: str, style: str) -> str:
             _shown(row.best),
             _shown(row.final),
             "n/a" if row.steps is None else str(row.steps),
+            _duration(row.train_seconds),
             _duration(row.wall_seconds),
             row.commit,
         ]

@@ -5,8 +5,10 @@ A spec names the search space over any `fit` option (a key is the option without
 leading `--`, as `fit --help` lists it: `model.optimizer.lr`), the metric and its
 direction (by default the run's `checkpoint.monitor` / `checkpoint.mode`), Optuna's
 sampler and pruner by class name with their arguments, optional seeds each trial is
-repeated over, `fit` options for every trial and the SLURM job settings. The shipped
-examples in `configs/sweeps/` comment every key.
+repeated over, `fit` options for every trial, the experiment it searches around
+(`experiment: NAME`: configs/experiments/NAME.yaml stacked under every trial's options,
+as `fit --experiment NAME` does; the trials' folders stay under runs/sweeps/<name>/) and
+the SLURM job settings. The shipped examples in `configs/sweeps/` comment every key.
 
 Optuna's categorical choices must be None, bool, int, float or str; a parameter with any
 other choice (a list of layer widths, a dict) keeps every choice as its JSON text in the
@@ -22,10 +24,12 @@ from typing import Any
 
 import yaml
 
+from ..paths import EXPERIMENTS
 from ..yaml_guard import UnsafeYaml, load_yaml
 
 KEYS = {
     "name",
+    "experiment",
     "trials",
     "metric",
     "direction",
@@ -190,6 +194,9 @@ def load_spec(path: Path, name: str | None = None) -> SweepSpec:
             f"{where}: `fit_options:` must be a list of `fit` options, each starting with "
             "`--`, e.g. [--trainer.max_epochs=2]."
         )
+    experiment = _experiment(data.get("experiment"), where)
+    if experiment is not None:  # under every other option: the spec's, then the command line's
+        fit_options = [f"--experiment={experiment}", *fit_options]
     space = _space(data.get("space"), where)
     sampler = _component(data.get("sampler") or {"name": "TPESampler"}, "sampler", where)
     pruner = data.get("pruner")
@@ -211,6 +218,18 @@ def load_spec(path: Path, name: str | None = None) -> SweepSpec:
     make_sampler(spec)  # the constructors' own checks of their arguments, now
     make_pruner(spec.pruner, path)
     return spec
+
+
+def _experiment(name: Any, where: str) -> str | None:
+    if name is None:
+        return None
+    known = sorted(path.stem for path in EXPERIMENTS.glob("*.yaml"))
+    if not isinstance(name, str) or name not in known:
+        raise SpecError(
+            f"{where}: `experiment: {name}` names no file configs/experiments/<name>.yaml. "
+            f"Choose one of: {', '.join(known) or '(none yet)'}, or leave the key out."
+        )
+    return name
 
 
 def _seeds(seeds: Any, where: str) -> list[int]:
