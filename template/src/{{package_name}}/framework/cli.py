@@ -44,7 +44,7 @@ SUMMARIES = {
     "verify-determinism": "train twice in fresh processes and compare every tensor",
     "export": "write a checkpoint's weights to safetensors and its network to ONNX, verified",
     "consolidate-ckpt": "merge a sharded (FSDP2) checkpoint folder into one file for one process",
-    "tune": "measure the largest batch, loader workers and precision on this machine",
+    "tune": "measure batch size, loader workers, precision and lr here; write a config",
     "sweep": "search hyperparameters with Optuna, each trial a fit; rerun to resume (local|slurm)",
     "compare": "table (and --plot) of runs or a sweep: differing config, best metric, commit",
 }
