@@ -96,8 +96,8 @@ def installed(rendered):
         uninstall(*(package_name(project) for project in done.values()))
 
 
-def assert_project_tests_pass(project: Path, *pytest_args: str) -> None:
-    """Run a generated project's own test suite with this interpreter; it must pass."""
+def assert_project_tests_pass(project: Path, *pytest_args: str) -> str:
+    """Run a generated project's own test suite with this interpreter; it must pass. Its output."""
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args],
         cwd=project,
@@ -107,3 +107,4 @@ def assert_project_tests_pass(project: Path, *pytest_args: str) -> None:
     )
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     assert " passed" in result.stdout.splitlines()[-1]
+    return result.stdout
