@@ -58,7 +58,7 @@ def test_dependency_groups_hold_the_tools_and_the_dev_extra_matches_them(rendere
     extra = set(config["project"]["optional-dependencies"]["dev"])
     package = config["project"]["name"]
     # `pip install -e ".[dev]"` (any pip) and `pip install --group dev` give the same tools.
-    assert extra - {f"{package}[export,sweep]"} == flattened(groups, "dev")
+    assert extra - {f"{package}[export,sweep,parquet]"} == flattened(groups, "dev")
 
 
 def test_pytest_is_strict_and_ruff_reads_the_target_from_requires_python(rendered):
@@ -91,7 +91,10 @@ def test_mypy_is_clean_on_the_framework(rendered, request, tmp_path):
 def test_nox_lists_the_sessions_ci_runs(rendered, answers):
     project = rendered(answers)
     listed = yaml.safe_load(passes(project, sys.executable, "-m", "nox", "-l", "--json"))
-    assert {session["name"] for session in listed} == SESSIONS
+    assert {session["name"] for session in listed} == SESSIONS  # what a bare `nox` runs
+    # The deep tier is there, on demand only (the guide's `default=False`).
+    assert "- framework ->" in passes(project, sys.executable, "-m", "nox", "-l")
+    assert (project / "noxfile.py").stat().st_mode & 0o100  # `./noxfile.py` runs it (uv)
     noxfile = (project / "noxfile.py").read_text()
     assert ("zizmor" in noxfile) == (answers == "defaults")  # only where there are workflows
 
