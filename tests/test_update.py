@@ -547,3 +547,66 @@ def test_update_from_the_flat_layout_migrates_the_users_imports(tmp_path, capfd)
         text=True,
     )
     assert result.returncode == 0 and "fit" in result.stdout, result.stdout + result.stderr
+
+
+OLD_ROOT_LINE = (
+    "  default_root_dir: runs/default   # every output of a run: logs, config, checkpoints/\n"
+)
+
+
+def test_an_updated_projects_runs_default_resumes_and_compares_as_experiment_default(
+    release_a, tmp_path
+):
+    """A project from before run folders: its config names runs/default, its run lies there.
+
+    After the update, its config's line is the template's (null: a folder per fit), and the
+    old run is the oldest run of experiment `default`: `--ckpt_path last` resumes it in
+    place and `compare runs/default` shows it beside the runs made since.
+    """
+    default_yaml = "template/configs/default.yaml.jinja"
+    new_lines = re.search(
+        r"^  default_root_dir: null.*\n(?:^ {30,}#.*\n)*",
+        (release_a / default_yaml).read_text(),
+        re.M,
+    )[0]
+    release(release_a, "v0.2.0", [(default_yaml, new_lines, OLD_ROOT_LINE)])
+    project = copy_at(release_a, tmp_path / "project", "v0.2.0")  # committed by its task
+    release(release_a, "v0.3.0", [(default_yaml, OLD_ROOT_LINE, new_lines)])
+
+    short = ["--trainer.limit_train_batches=2", "--trainer.limit_val_batches=1"]
+    short += ["--trainer.accelerator=cpu", "--data.num_workers=0", "--test_after_fit=false"]
+    short += ["--trainer.enable_progress_bar=false"]
+
+    def run(*args: str) -> str:
+        result = subprocess.run(
+            [sys.executable, "-m", PACKAGE, *args],
+            cwd=project,
+            env={**os.environ, "WANDB_MODE": "offline"},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        return result.stdout + result.stderr
+
+    install_editable(project)
+    try:
+        run("fit", "--trainer.max_epochs=1", *short)
+        old = project / "runs" / "default"
+        assert (old / "checkpoints" / "last.ckpt").is_file()
+
+        update(project)
+        assert answers(project)["_commit"] == "v0.3.0" and files_with_conflicts(project) == []
+        assert "default_root_dir: null" in (project / "configs" / "default.yaml").read_text()
+
+        resumed = run("fit", "--ckpt_path", "last", "--trainer.max_epochs=2", *short)
+        assert f"the newest run of experiment 'default', {old}" in resumed
+        assert f"run root        {old}\n" in resumed  # trained on in place
+        fresh = run("fit", "--trainer.max_epochs=1", *short)
+        (new,) = [path for path in old.iterdir() if (path / "checkpoints").is_dir()]
+        assert f"run root        {new}\n" in fresh
+        table = run("compare", "runs/default", "--format", "csv").splitlines()
+        rows = [line for line in table if line.startswith(("default,", f"{new.name},"))]
+        assert len(rows) == 2, table
+    finally:
+        uninstall(PACKAGE)
