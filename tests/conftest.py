@@ -30,7 +30,7 @@ ANSWER_SETS = {
     "defaults": {"project_name": "Default Probe"},
     "all_loggers": {
         "project_name": "All Loggers",
-        "loggers": ["csv", "tensorboard", "wandb"],
+        "loggers": ["csv", "tensorboard", "wandb", "mlflow"],
         "license": "Apache-2.0",
     },
     "no_ci": {"project_name": "No CI", "ci": "none", "license": "Proprietary"},

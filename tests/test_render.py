@@ -81,10 +81,16 @@ def test_answers_shape_the_project(rendered):
         return [entry["class_path"].rsplit(".", 1)[1] for entry in config["trainer"]["logger"]]
 
     assert loggers(default) == ["CSVLogger"]
-    assert loggers(every_logger) == ["CSVLogger", "TensorBoardLogger", "WandbLogger"]
+    assert loggers(every_logger) == [
+        "CSVLogger",
+        "TensorBoardLogger",
+        "WandbLogger",
+        "MLFlowLogger",
+    ]
     deps = (every_logger / "pyproject.toml").read_text()
-    assert '"tensorboard>=' in deps and '"wandb>=' in deps
+    assert '"tensorboard>=' in deps and '"wandb>=' in deps and '"mlflow-skinny>=' in deps
     assert "wandb" not in (default / "pyproject.toml").read_text()
+    assert "mlflow" not in (default / "pyproject.toml").read_text()
 
 
 @pytest.mark.parametrize("name", [n for n in ANSWER_SETS if n.startswith("py")])

@@ -8,16 +8,21 @@ working directory. A `save_dir` written in a config would pin logs to one place 
 run then lives under that root, and two runs with different roots share no file.
 
 A resumed fit logs to the version it started (run_record.continue_loggers): the CSV
-logger then appends to that version's `metrics.csv`, where Lightning's would delete it.
+logger then appends to that version's `metrics.csv`, where Lightning's would delete it,
+and the MLflow logger continues its run.
 """
 
 import csv
 import os
+from pathlib import Path
 from typing import Any
 
 from lightning.pytorch import loggers
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
+from lightning.pytorch.utilities import rank_zero_only
+
+from .private_apis import flat_hyperparameters
 
 
 class ContinuingWriter(ExperimentWriter):
@@ -54,3 +59,45 @@ class TensorBoardLogger(loggers.TensorBoardLogger):
 class WandbLogger(loggers.WandbLogger):
     def __init__(self, save_dir: str | None = None, **kwargs: Any) -> None:
         super().__init__(save_dir=save_dir or os.getcwd(), **kwargs)
+
+
+class MLFlowLogger(loggers.MLFlowLogger):
+    """Lightning's MLflow logger, storing runs in `<save_dir>/mlflow.db` unless told otherwise.
+
+    Where runs go, the first that is set: `tracking_uri`, the `MLFLOW_TRACKING_URI`
+    environment variable, else a SQLite store `<save_dir>/mlflow.db` with artifacts in
+    `<save_dir>/mlartifacts/` (offline, one file per run root). MLflow 3 refuses its folder
+    store (`file:./mlruns`, Lightning's default) unless `MLFLOW_ALLOW_FILE_STORE` is set,
+    hence SQLite. A resumed fit passes the recorded `run_id` (run_record.continue_loggers)
+    and keeps logging to the same run. MLflow refuses to change a parameter's value within
+    a run, so there a hyperparameter logged by the first fit keeps its first value (the
+    checkpoint's provenance holds the current one); new keys are logged.
+    """
+
+    def __init__(
+        self,
+        save_dir: str | None = None,
+        tracking_uri: str | None = None,
+        artifact_location: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+        if not tracking_uri:
+            folder = Path(save_dir or os.getcwd()).resolve()
+            folder.mkdir(parents=True, exist_ok=True)  # SQLite makes the file, not its folder
+            tracking_uri = f"sqlite:///{(folder / 'mlflow.db').as_posix()}"
+            artifact_location = artifact_location or (folder / "mlartifacts").as_uri()
+        super().__init__(
+            save_dir=save_dir,
+            tracking_uri=tracking_uri,
+            artifact_location=artifact_location,
+            **kwargs,
+        )
+
+    @rank_zero_only
+    def log_hyperparams(self, params: Any) -> None:
+        logged = self.experiment.get_run(self.run_id).data.params
+        if logged:
+            flat = flat_hyperparameters(params).items()
+            params = {key: value for key, value in flat if key not in logged}
+        super().log_hyperparams(params)

@@ -31,6 +31,10 @@ training run in some odd way.
   `log_every_n_steps` optimizer steps, counted its own way under gradient accumulation
   and manual optimization, and when the run stops); no public API says so, and a copy of
   the rule would drift from it.
+- `flat_hyperparameters` (loggers.py): the parameter names Lightning's MLflow logger
+  sends (nested keys joined by `/`, by Lightning's own `_flatten_dict`). A continued
+  MLflow run must leave out exactly the names it already holds, and a copy of the
+  flattening rule would drift from the names Lightning logs.
 
 One private Lightning method is overridden rather than called, so it cannot live here:
 `ExperimentWriter._check_log_dir_exists` (loggers.py). Lightning's CSV writer calls it
@@ -40,9 +44,11 @@ calls it, and that the override then appends.
 """
 
 from types import CodeType
+from typing import Any
 
 import lightning as L
 import torch
+from lightning.fabric.utilities.logger import _convert_params, _flatten_dict
 from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 from torch._dynamo.exc import TorchDynamoException as DynamoError
 from torch._dynamo.utils import counters
@@ -51,6 +57,7 @@ __all__ = [
     "DynamoError",
     "compiled_graph_count",
     "copy_each",
+    "flat_hyperparameters",
     "has_compiled_code",
     "loggers_write_after_this_batch",
     "nested_schedulers",
@@ -76,6 +83,11 @@ def copy_each(targets: list[torch.Tensor], sources: list[torch.Tensor]) -> None:
 def skips_on_found_inf(optimizer: torch.optim.Optimizer) -> bool:
     """Whether `optimizer.found_inf`, set before its step, skips the update on the device."""
     return bool(getattr(optimizer, "_step_supports_amp_scaling", False))
+
+
+def flat_hyperparameters(params: Any) -> dict:
+    """Hyperparameters (a dict or Namespace, nested) as the flat names MLflow receives."""
+    return _flatten_dict(_convert_params(params))
 
 
 def nested_schedulers(scheduler: object) -> list:
