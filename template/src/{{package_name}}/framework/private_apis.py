@@ -35,6 +35,17 @@ training run in some odd way.
   sends (nested keys joined by `/`, by Lightning's own `_flatten_dict`). A continued
   MLflow run must leave out exactly the names it already holds, and a copy of the
   flattening rule would drift from the names Lightning logs.
+- `restart_train_iterator` (resume.py): Lightning's fit loop makes the train loader's
+  iterator before any callback's `on_train_start`, so one made before the loaders' saved
+  states are loaded must be made again; the loop's `_data_fetcher` is the one handle on it
+  (Lightning's own fix for #20550 does the same), and no hook runs between the two.
+- `record_cuda_allocations`, `stop_recording_cuda_allocations`, `dump_cuda_allocations`
+  (health/memory.py): torch's memory snapshot (`torch.cuda.memory._record_memory_history`
+  and `_dump_snapshot`, which https://pytorch.org/memory_viz reads) is documented in
+  "Understanding CUDA Memory Usage" but has no public name.
+- `dynamo_supports_this_python`, `known_compile_modes` (doctor/context.py): whether dynamo runs
+  on this Python and which `torch.compile(mode=...)` names this torch knows; torch.compile's
+  own docstring points at `torch._inductor.list_mode_options()` for the list.
 
 One private Lightning method is overridden rather than called, so it cannot live here:
 `ExperimentWriter._check_log_dir_exists` (loggers.py). Lightning's CSV writer calls it
@@ -57,11 +68,17 @@ __all__ = [
     "DynamoError",
     "compiled_graph_count",
     "copy_each",
+    "dump_cuda_allocations",
+    "dynamo_supports_this_python",
     "flat_hyperparameters",
     "has_compiled_code",
+    "known_compile_modes",
     "loggers_write_after_this_batch",
     "nested_schedulers",
+    "record_cuda_allocations",
+    "restart_train_iterator",
     "skips_on_found_inf",
+    "stop_recording_cuda_allocations",
 ]
 
 
@@ -98,3 +115,37 @@ def nested_schedulers(scheduler: object) -> list:
 def loggers_write_after_this_batch(trainer: L.Trainer) -> bool:
     """Whether Lightning writes this batch's logged step values to the loggers."""
     return trainer._logger_connector.should_update_logs
+
+
+def restart_train_iterator(trainer: L.Trainer) -> None:
+    """Make the fit loop's train iterator again, from the loaders' current state."""
+    fetcher = trainer.fit_loop._data_fetcher
+    if fetcher is not None:
+        iter(fetcher)
+
+
+def record_cuda_allocations(max_entries: int) -> None:
+    """Start recording every CUDA allocation with its stack (the last `max_entries`)."""
+    torch.cuda.memory._record_memory_history(max_entries=max_entries)
+
+
+def stop_recording_cuda_allocations() -> None:
+    torch.cuda.memory._record_memory_history(enabled=None)
+
+
+def dump_cuda_allocations(path: str) -> None:
+    """Write the recorded allocations where https://pytorch.org/memory_viz opens them."""
+    torch.cuda.memory._dump_snapshot(path)
+
+
+def dynamo_supports_this_python() -> bool:
+    import torch._dynamo  # seconds to import: only when a compile callback is configured
+
+    return bool(torch._dynamo.is_dynamo_supported())
+
+
+def known_compile_modes() -> frozenset[str]:
+    """The `mode=` names `torch.compile` accepts with this torch."""
+    import torch._inductor
+
+    return frozenset(torch._inductor.list_mode_options())

@@ -40,6 +40,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from .paths import LAST_CHECKPOINT, RunLayout
+from .private_apis import restart_train_iterator
 
 
 def rng_states() -> dict[str, Any]:
@@ -132,10 +133,10 @@ class ResumeState(L.Callback):
         if epoch_done:  # the next iterator made starts the next epoch
             _set_generator_states(stateful, generators)
             self._next_epoch = _NextEpoch(trainer.current_epoch, trainer.global_step, generators)
-        if states and trainer.fit_loop._data_fetcher is not None:
+        if states:
             # The fit loop's iterator was made before these states were loaded: make it
             # again (what Lightning's own fix for #20550 does).
-            iter(trainer.fit_loop._data_fetcher)
+            restart_train_iterator(trainer)
         if not epoch_done:  # that iterator replayed the epoch up to the saved position
             _set_generator_states(stateful, generators)
         if len(stateful) < len(loaders) and _mid_epoch(trainer):

@@ -17,6 +17,7 @@ from functools import cached_property
 from pathlib import Path
 
 from ..hardware import Hardware, Plan, probe, resolve
+from ..private_apis import dynamo_supports_this_python, known_compile_modes
 
 
 @dataclass(frozen=True)
@@ -38,11 +39,8 @@ def probe_machine(with_compiler: bool) -> Machine:
 
     dynamo_supported = compile_modes = None
     if with_compiler:
-        import torch._dynamo
-        import torch._inductor
-
-        dynamo_supported = torch._dynamo.is_dynamo_supported()
-        compile_modes = frozenset(torch._inductor.list_mode_options())
+        dynamo_supported = dynamo_supports_this_python()
+        compile_modes = known_compile_modes()
     return Machine(
         **asdict(probe()),
         system=platform.system(),

@@ -9,6 +9,12 @@ from lightning.pytorch.accelerators import CUDAAccelerator
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 
+from ..private_apis import (
+    dump_cuda_allocations,
+    record_cuda_allocations,
+    stop_recording_cuda_allocations,
+)
+
 GIB = 2**30
 
 
@@ -41,7 +47,7 @@ class MemoryStats(Callback):
         if not self._cuda and self.snapshot_on_oom:
             rank_zero_info("MemoryStats: not training on CUDA, so no memory snapshot on OOM.")
         elif self._cuda and self.snapshot_on_oom and not self._recording:
-            torch.cuda.memory._record_memory_history(max_entries=self.max_entries)
+            record_cuda_allocations(self.max_entries)
             self._recording = True
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -70,7 +76,7 @@ class MemoryStats(Callback):
             / f"oom-snapshot-rank{trainer.global_rank}.pickle"
         )
         path.parent.mkdir(parents=True, exist_ok=True)
-        torch.cuda.memory._dump_snapshot(str(path))
+        dump_cuda_allocations(str(path))
         note = f"Memory snapshot of the allocations before this error: {path} (open it at https://pytorch.org/memory_viz)."
         if hasattr(exception, "add_note"):  # Python 3.11+
             exception.add_note(note)
@@ -83,5 +89,5 @@ class MemoryStats(Callback):
 
     def _stop_recording(self) -> None:
         if self._recording:
-            torch.cuda.memory._record_memory_history(enabled=None)
+            stop_recording_cuda_allocations()
             self._recording = False
