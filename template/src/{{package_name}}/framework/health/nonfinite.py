@@ -26,9 +26,10 @@ CULPRITS = ("loss", "gradient norm", "largest weight, optimizer state or buffer 
 # Devices where reading a flag on the host waits for nothing (no queue of work to drain):
 # there the flag is read at each step.
 FREE_FLAG_READS = frozenset({"cpu"})
-# What `keep_copy=True` costs, measured by benchmarks/memory.py (MLP, AdamW, CPU): peak
-# memory above plain Lightning, per parameter. The default mode measured 0.
-COPY_BYTES_PER_PARAMETER = 24
+# What `keep_copy=True` costs: peak memory above plain Lightning per parameter, measured
+# with the template's memory benchmark (100M-parameter MLP, AdamW, CPU: 22.8 bytes; the
+# default mode, the whole generated fit included, 0.2).
+COPY_BYTES_PER_PARAMETER = 23
 FIXES = (
     "Common fixes: a lower learning rate (the example: `--model.optimizer.lr`), gradient "
     "clipping (`--trainer.gradient_clip_val 1.0`), or bf16 instead of fp16; the debug "
@@ -67,7 +68,7 @@ class NonFiniteGuard(Callback):
     `keep_copy=True` undoes bad updates too: a copy of the parameters, optimizer state
     and buffers after the last good step is kept, and each step is checked after the
     update and put back from the copy while the flag is up (on a GPU with `torch.where`,
-    on a CPU only when a step is bad). It costs about `COPY_BYTES_PER_PARAMETER` (24)
+    on a CPU only when a step is bad). It costs about `COPY_BYTES_PER_PARAMETER` (23)
     bytes of memory per parameter with AdamW, more than the parameters, gradients and
     both moments together: measure with `benchmarks/memory.py` before turning it on for
     a model that fills the device.
