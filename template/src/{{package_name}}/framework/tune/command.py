@@ -28,6 +28,7 @@ import sys
 import tempfile
 import textwrap
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -133,24 +134,22 @@ def _tune(args: argparse.Namespace, options: list[str], scratch: Path) -> int:
     output.parent.mkdir(parents=True, exist_ok=True)
     entries: list[tuple[tuple[str, ...], Any, list[str]]] = []  # (key path, value, comments)
 
-    size, device, options, cli = _batch_size(args, options, roots, entries)
+    size, facts, options = _batch_size(args, options, roots, entries)
+    device = facts.device
     rows = [("batch_size", m) for m in size]
 
-    datamodule = cli.datamodule
-    takes_workers = "num_workers" in inspect.signature(type(datamodule)).parameters
-    values = [w.strip() for w in args.workers.split(",") if w.strip()] if takes_workers else []
-    if not takes_workers:
-        _say(f"2: skipped: {type(datamodule).__name__} takes no `num_workers`")
+    values = [w.strip() for w in args.workers.split(",") if w.strip()]
+    if not facts.takes_workers:
+        _say(f"2: skipped: {facts.data_class} takes no `num_workers`")
+        values = []
     measured = []
     for n, value in enumerate(values, 1):
         _say(f"2: num_workers={value} ({n}/{len(values)}, {args.steps} batches)")
         worker_options = [*options, f"--data.num_workers={value}"]
         measured.append(timed(worker_options, args.steps, next(roots), _parse(value))[0])
     if measured:
-        monitor = callback(cli.trainer, DataWaitMonitor)
-        hint_above = None if monitor is None else monitor.hint_above
-        chosen = workers.choose(measured, hint_above, args.tolerance)
-        comments = workers.reasons(chosen, measured, hint_above)
+        chosen = workers.choose(measured, facts.hint_above, args.tolerance)
+        comments = workers.reasons(chosen, measured, facts.hint_above)
         entries.append((("data", "init_args", "num_workers"), chosen.value, comments))
         options = [*options, f"--data.num_workers={chosen.value}"]
         rows += [("num_workers", m) for m in measured]
@@ -189,17 +188,42 @@ def _tune(args: argparse.Namespace, options: list[str], scratch: Path) -> int:
     return 0
 
 
-def _batch_size(args, options, roots, entries) -> tuple[list[Measurement], str, list[str], Any]:
+@dataclass
+class RunFacts:
+    """What the first measured fit tells of the run, kept without its objects (whose
+    device memory would count in the next measurement's peak)."""
+
+    device: str
+    train_samples: int | None
+    data_class: str
+    takes_workers: bool
+    hint_above: float | None  # fit's DataWaitMonitor threshold; None: none configured
+
+
+def _facts(cli: Any) -> RunFacts:
+    trainer, datamodule = cli.trainer, cli.datamodule
+    monitor = callback(trainer, DataWaitMonitor)
+    return RunFacts(
+        device=trainer.strategy.root_device.type,
+        train_samples=_train_samples(trainer),
+        data_class=type(datamodule).__name__,
+        takes_workers="num_workers" in inspect.signature(type(datamodule)).parameters,
+        hint_above=None if monitor is None else monitor.hint_above,
+    )
+
+
+def _batch_size(args, options, roots, entries) -> tuple[list[Measurement], RunFacts, list[str]]:
     """Time the candidate sizes; record the choice; return the options that carry it on."""
     smallest = args.min_batch_size
     _say(f"1: batch size {smallest} ({args.steps} batches)")
     first, cli = timed(
         [*options, f"--data.batch_size={smallest}"], args.steps, next(roots), smallest
     )
-    trainer = cli.trainer
-    device = trainer.strategy.root_device.type
-    largest_fits = None
-    if device != "cpu":  # on CPU nothing measures a memory limit: the host swaps or is killed
+    facts = _facts(cli)
+    del cli
+    bounds = batch_size.Bounds(facts.train_samples, args.min_steps_per_epoch, None, facts.device)
+    sizes = batch_size.candidates(smallest, args.max_trials, bounds)
+    if facts.device != "cpu" and len(sizes) > 1:  # on CPU no memory limit is measured
         _say(f"1: the largest batch size that fits (from {smallest}, doubling)")
         finder = {
             "class_path": "lightning.pytorch.callbacks.BatchSizeFinder",
@@ -207,16 +231,15 @@ def _batch_size(args, options, roots, entries) -> tuple[list[Measurement], str, 
                 "mode": "power",
                 "steps_per_trial": 2,
                 "init_val": smallest,
-                "max_trials": args.max_trials,
+                "max_trials": len(sizes),
             },
         }
         found = fit([*options, "--trainer.limit_train_batches=1"], next(roots), finder)
-        largest_fits = callback(found.trainer, BatchSizeFinder).optimal_batch_size
-    bounds = batch_size.Bounds(
-        _train_samples(trainer), args.min_steps_per_epoch, largest_fits, device
-    )
+        bounds.largest_that_fits = callback(found.trainer, BatchSizeFinder).optimal_batch_size
+        del found
+        sizes = batch_size.candidates(smallest, args.max_trials, bounds)
     measured = [first]
-    for size in batch_size.candidates(smallest, args.max_trials, bounds)[1:]:
+    for size in sizes[1:]:
         if measured[-1].memory is not None and measured[-1].memory > args.max_memory:
             break  # a larger batch only takes more
         _say(f"1: batch size {size} ({args.steps} batches)")
@@ -226,7 +249,7 @@ def _batch_size(args, options, roots, entries) -> tuple[list[Measurement], str, 
     chosen = batch_size.choose(measured, args.tolerance, args.max_memory)
     comments = batch_size.reasons(chosen, measured, bounds, args.tolerance, args.max_memory)
     entries.append((("data", "init_args", "batch_size"), chosen.value, comments))
-    return measured, device, [*options, f"--data.batch_size={chosen.value}"], cli
+    return measured, facts, [*options, f"--data.batch_size={chosen.value}"]
 
 
 def _train_samples(trainer) -> int | None:
@@ -276,10 +299,11 @@ def _learning_rate(args, options, root: Path, output: Path) -> list:
         print(learning_rate.no_key_paragraph(type(cli.model).__name__, suggestion))
         return []
     recorded = len(results["lr"])
+    stopped = f", stopped after {recorded} as the loss diverged" if recorded < args.lr_steps else ""
     comment = [
-        f"lr {suggestion:.3g}: Lightning's lr finder, {recorded} steps from {args.min_lr:g} "
-        f"towards {args.max_lr:g} (exponential, stopped early when the loss diverged); "
-        "the suggestion is where the smoothed loss falls fastest against log(lr).",
+        f"lr {suggestion:.3g}: Lightning's lr finder, {args.lr_steps} steps with the lr growing "
+        f"exponentially from {args.min_lr:g} to {args.max_lr:g}{stopped}; the suggestion is "
+        "where the smoothed loss falls fastest against log(lr).",
         f"Plot: {plot.name}. With a warmup schedule this is its peak lr; check the plot.",
     ]
     return [(key, suggestion, comment)]

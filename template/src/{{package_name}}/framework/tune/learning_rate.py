@@ -101,6 +101,9 @@ def save_plot(search: LearningRateSearch, path: Path, index: int) -> bool:
     lr, loss = results["lr"][index], results["loss"][index]
     figure = search.optimal_lr.plot(suggest=False)
     axes = figure.axes[0]
+    # Left of the dotted line the curve mostly shows the running average warming up from 0
+    # (Lightning's smoothing), not the loss; the suggestion is searched right of it.
+    axes.axvline(results["lr"][SKIP[0]], color="gray", linestyle=":")
     axes.plot(lr, loss, marker="o", markersize=10, color="red")
     axes.set_title(f"suggested lr {lr:.3g}: the smoothed loss falls fastest (red)")
     figure.savefig(path, dpi=100)
