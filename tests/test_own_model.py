@@ -100,19 +100,20 @@ def test_the_projects_own_tests_pass_unchanged_after_the_example_is_replaced(pro
 def test_every_readme_command_works_on_the_users_own_model(project, tmp_path):
     ok(command(project, "--help"))
     ok(command(project, "fit", "--trainer.max_epochs=1", "--trainer.enable_progress_bar=false"))
-    checkpoints = project / "runs" / "default" / "checkpoints"
+    run = sorted((project / "runs" / "default").iterdir())[-1]  # <date>_<time>: the newest
+    checkpoints = run / "checkpoints"
     resumed = ok(command(project, "fit", "--ckpt_path=last", "--trainer.enable_progress_bar=false"))
     assert "best val_ce" in resumed
     assert torch.load(checkpoints / "last.ckpt", weights_only=True)["epoch"] == 2
     # train_ce, logged only when logs_this_step: in the rows of every 10th step, both fits.
-    (metrics,) = (project / "runs" / "default" / "csv").glob("version_*/metrics.csv")
+    (metrics,) = (run / "csv").glob("version_*/metrics.csv")
     with metrics.open(newline="") as file:
         steps = [int(row["step"]) for row in csv.DictReader(file) if row.get("train_ce")]
     assert steps == list(range(9, 32, 10)), steps  # 16 batches an epoch, two epochs
     for verb in ("validate", "test"):
         ok(command(project, verb, "--ckpt_path=best", "--trainer.enable_progress_bar=false"))
     ok(command(project, "predict", "--ckpt_path=last", "--trainer.enable_progress_bar=false"))
-    assert list((project / "runs" / "default" / "predictions").glob("*.pt"))
+    assert list((run / "predictions").glob("*.pt"))
     ok(command(project, "inspect-ckpt", str(checkpoints / "last.ckpt")))
     ok(command(project, "doctor"))
     exported = tmp_path / "export"
