@@ -82,7 +82,12 @@ class MLFlowLogger(loggers.MLFlowLogger):
         **kwargs: Any,
     ) -> None:
         tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
-        if not tracking_uri:
+        if not tracking_uri and rank_zero_only.rank > 0:
+            # Lightning's logger opens its store when built, on every process; only rank 0
+            # logs. Processes started together (torchrun, SLURM) that all open a new SQLite
+            # file race to create its tables and fail: the others get a store in memory.
+            tracking_uri = "sqlite:///:memory:"
+        elif not tracking_uri:
             folder = Path(save_dir or os.getcwd()).resolve()
             folder.mkdir(parents=True, exist_ok=True)  # SQLite makes the file, not its folder
             tracking_uri = f"sqlite:///{(folder / 'mlflow.db').as_posix()}"
