@@ -489,6 +489,7 @@ def cell_tune(m: Matrix, arch: str, scratch: Path) -> None:
     tuned = scratch / "tuned.yaml"
     fit = m.fit_args(arch, scratch / "unused", 0)[1:]  # tune takes fit's options
     options = ["--workers=0,2", "--steps=2", "--max-trials=2", "--precision=32-true,bf16-mixed"]
+    options += ["--lr-steps=20"]  # the lr finder on the architecture, not its 100 steps
     m.in_process("tune", *options, f"--output={tuned}", *fit)
     config = yaml.safe_load(tuned.read_text())
     if "batch_size" not in config.get("data", {}).get("init_args", {}):

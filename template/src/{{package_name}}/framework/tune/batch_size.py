@@ -94,6 +94,11 @@ def _limit(measured: list[Measurement], bounds: Bounds, max_memory: float) -> st
     if memory is not None and memory > max_memory:
         return f"Not tried above {largest}: it used over {max_memory:.0%} of device memory."
     by_train_set = bounds.by_train_set
+    if by_train_set is not None and largest > by_train_set:
+        return (
+            f"Even {largest} leaves fewer than {bounds.min_steps_per_epoch} steps per epoch "
+            f"({bounds.train_samples} training samples): lower --min-batch-size to time smaller."
+        )
     if by_train_set is not None and 2 * largest > by_train_set:
         return (
             f"Not tried above {largest}: {bounds.min_steps_per_epoch} steps per epoch at least "

@@ -5,7 +5,9 @@ Each measurement is an ordinary `fit` of the configured run built by the project
 so what is timed is what `fit` will run: the same model, data, callbacks and precision.
 """
 
+import contextlib
 import gc
+import io
 import json
 import statistics
 import time
@@ -115,8 +117,9 @@ def fit(options: list[str], root: Path, *callbacks: dict) -> Any:
         torch.cuda.empty_cache()
     extra = [f"--trainer.default_root_dir={root}"]
     extra += [f"--trainer.callbacks+={json.dumps(spec)}" for spec in callbacks]
-    with warnings.catch_warnings():  # "args and sys.argv both given": meant, here
-        warnings.filterwarnings("ignore", message="LightningCLI's args parameter")
+    # Each fit's closing summary (run root, checkpoints) would bury tune's own table.
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.filterwarnings("ignore", message="LightningCLI's args parameter")  # meant
         return ProjectCLI(args=["fit", *options, *extra])
 
 
