@@ -3,8 +3,8 @@
 
 Lightning's own save is not atomic: it writes a temporary file under $TMPDIR and moves it
 (a copy when that is another filesystem), without fsync, so a kill or power loss during
-a save can leave a truncated `last.ckpt` and nothing to resume from. The CLI installs
-`AtomicCheckpointIO` on every Trainer, so every save (ModelCheckpoint, interrupts,
+a save can leave a truncated `last.ckpt` and nothing to resume from. configs/default.yaml
+names `AtomicCheckpointIO` in `trainer.plugins`, so every save (ModelCheckpoint, interrupts,
 `trainer.save_checkpoint`) writes a temporary file in the checkpoint's own folder, flushes
 and fsyncs it, then renames it over the target: a reader sees the old file or the new one,
 never half of one. A save killed midway leaves only a `.<name>.<pid>.partial` file

@@ -3,8 +3,11 @@
 
 It is what `python -m <package> fit|validate|test|predict` runs (cli.py dispatches to it).
 Only LightningCLI's public hooks are used: `add_arguments_to_parser` (options, links),
-`parse_arguments` (paths), `instantiate_trainer` (callbacks, checkpoint I/O) and the
-`before_<command>` / `after_<command>` methods.
+`parse_arguments` (paths), `instantiate_trainer` (the checkpoint folder, the progress-bar
+flag, `--init_from`) and the `before_<command>` / `after_<command>` methods. Every callback
+and plugin of a run is named in the config (`fit --print_config` prints them); the CLI
+adds none but `InitFromWeights`, which `--init_from` asks for, and LightningCLI's saver
+of the config (`RunConfigSaver`, which needs the parser, so no config entry can name it).
 """
 
 import pydoc
@@ -17,20 +20,15 @@ from typing import Literal
 import yaml
 from jsonargparse import Namespace
 from lightning.pytorch import LightningDataModule, LightningModule, Trainer
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
-from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
 from .bad_input import refuse_bad_input
 from .checkpoint_hparams import CheckpointHparams, checkpoint_file
-from .checkpoint_io import AtomicCheckpointIO
 from .finetune import InitFromWeights
 from .inspect_ckpt import check_weights_fit, load_checkpoint
-from .loader_hooks import watch_loaders
-from .monitor import MonitoredMetricCheck
-from .no_profiler import NoProfiler
 from .paths import (
     DEFAULT_CONFIG,
     DEFAULT_EXPERIMENT,
@@ -40,9 +38,7 @@ from .paths import (
     unused_name,
 )
 from .precision import trainer_kwargs_for_accelerator
-from .progress import replace_default_progress_bar
 from .provenance import CheckpointProvenance
-from .resume import InterruptCheckpoint
 from .run_folders import (
     claim_fresh,
     experiment_config,
@@ -86,9 +82,7 @@ class ProjectCLI(LightningCLI):
       `configs/experiments/NAME.yaml` on the defaults and names the runs' folder.
     - `--ckpt_path best` also works in a fresh process (validate/test/predict): it is read
       from the ModelCheckpoint state stored in `<root>/checkpoints/last.ckpt`.
-    - A fit whose first validation does not log `checkpoint.monitor` stops before
-      training (monitor.py); weights that do not fit the model stop before loading,
-      listing the keys.
+    - Weights that do not fit the model stop before loading, listing the keys.
     - `num_classes` is declared once, in the `data:` section, and linked into the model
       and its network.
     - A class named in place of the example's (`--model my.Net`, or in another --config)
@@ -99,14 +93,16 @@ class ProjectCLI(LightningCLI):
     - `predict --dataloader val_dataloader` predicts another split of the DataModule.
     - Precision and strategy are checked against the accelerator before the Trainer is
       built (`precision.py`): real float16 on CPU, a clear stop for what cannot run here.
-    - Every checkpoint is saved atomically (`AtomicCheckpointIO`) and carries the resolved
-      config in its provenance record; a resumed wandb run continues the same run id.
+    - Every checkpoint carries the resolved config in its provenance record
+      (CheckpointProvenance, when the callbacks list names it); a resumed wandb run
+      continues the same run id.
     - `fit --init_from PATH [--freeze NAME ...]` starts from another run's weights.
     - An empty `--config` file is no overrides; YAML whose aliases expand past a bound is
       refused unread (yaml_guard.py). A fit without a length stops when the module's
       schedule asks for its number of steps (run_length.py).
-    - Lightning's default progress bar is replaced by one redrawn by time (progress.py),
-      and its default profiler by one that costs nothing per hook call (no_profiler.py).
+    - `--trainer.enable_progress_bar false` turns off the bar the callbacks list names.
+    - Nothing else is added or replaced here: the progress bar, profiler, checkpoint I/O,
+      loader checks and monitor check are entries of configs/default.yaml, each removable.
     """
 
     _checkpoint_hparams: CheckpointHparams | None = None
@@ -256,33 +252,31 @@ class ProjectCLI(LightningCLI):
 
     def instantiate_trainer(self, **kwargs) -> Trainer:
         config = self.config_init[self.subcommand]
+        # Lightning's own precision flag, resolved as it says (16-mixed on CPU: float16).
         kwargs.update(trainer_kwargs_for_accelerator({**config.trainer, **kwargs}))
-        if config.trainer.get("profiler") is None and "profiler" not in kwargs:
-            kwargs["profiler"] = NoProfiler()  # Lightning's default costs ~1% of a step
-        configured = [
-            *_listed(config.trainer.callbacks),
-            *_listed(self.trainer_defaults.get("callbacks")),
-        ]
+        if config.trainer.get("enable_progress_bar") is False:
+            # The flag that turns Lightning's own bar off turns off the one the callbacks
+            # list names too (ThrottledProgressBar in default.yaml); Lightning would refuse
+            # the pair, and `--trainer.enable_progress_bar false` is the documented switch.
+            config.trainer.callbacks = [
+                c for c in _listed(config.trainer.callbacks) if not isinstance(c, ProgressBar)
+            ]
         trainer = super().instantiate_trainer(**kwargs)
-        # The `checkpoint:` section's callback (the only one with a monitor) first among the
-        # ModelCheckpoints, which stay last: it is then `trainer.checkpoint_callback`, whose
-        # best_model_path `--ckpt_path best`, test-after-fit and the summary read.
-        # Set by Lightning's callback connector; Trainer does not declare the attribute.
-        callbacks: list[Callback] = trainer.callbacks  # type: ignore[attr-defined]
-        callbacks.sort(key=_checkpoint_rank)
+        # `dirpath: null` means `<root>/checkpoints` (said next to each ModelCheckpoint in
+        # configs/default.yaml), not Lightning's `<root>/<logger>/version_N/checkpoints`:
+        # one fixed folder, so `--ckpt_path last` of a rerun finds last.ckpt.
         checkpoint_dir = str(RunLayout(trainer.default_root_dir).checkpoints)
-        for callback in callbacks:
-            if isinstance(callback, ModelCheckpoint | InterruptCheckpoint) and not callback.dirpath:
+        for callback in trainer.checkpoint_callbacks:
+            if isinstance(callback, ModelCheckpoint) and not callback.dirpath:
                 callback.dirpath = checkpoint_dir
+        # Set by Lightning's callback connector; Trainer does not declare the attribute.
+        for callback in trainer.callbacks:  # type: ignore[attr-defined]
             if isinstance(callback, CheckpointProvenance):
                 callback.config_yaml = self._config_yaml()
-        callbacks.insert(0, MonitoredMetricCheck(config.checkpoint))
-        replace_default_progress_bar(callbacks, configured)  # one redrawn per batch costs 2%
-        if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:
-            trainer.strategy.checkpoint_io = AtomicCheckpointIO()
-        if config.get("init_from"):
-            callbacks.append(InitFromWeights(project_path(config.init_from), config.freeze))
-        watch_loaders(self.datamodule, self.model)
+        if config.get("init_from"):  # `init_from:` in the printed config names this file
+            trainer.callbacks.append(  # type: ignore[attr-defined]
+                InitFromWeights(project_path(config.init_from), config.freeze)
+            )
         return trainer
 
     def _config_yaml(self) -> str:
@@ -420,12 +414,6 @@ def _move_root(config: Namespace, old: str, new: Path) -> None:
 def _listed(value) -> list:
     """A Trainer `callbacks` value (None, one callback or a list) as a list."""
     return [] if value is None else list(value) if isinstance(value, list) else [value]
-
-
-def _checkpoint_rank(callback) -> int:
-    if not isinstance(callback, ModelCheckpoint):
-        return 0
-    return 1 if callback.monitor else 2
 
 
 def _root_loggers(logger_config, root: Path) -> None:

@@ -1,21 +1,24 @@
 # Managed by the template; local edits are merged on update.
 """Every DataLoader the Trainer takes from your code goes through the framework once.
 
-The CLI wraps the `*_dataloader` methods your DataModule (or LightningModule) defines, so
-each loader they return, of any kind (DataLoader, StatefulDataLoader, a subclass; built
-with `LoaderOptions` or not), is
+`LoaderChecks`, an entry of `trainer.callbacks` in configs/default.yaml, wraps the
+`*_dataloader` methods your DataModule (or LightningModule) defines when the Trainer sets
+up, so each loader they return, of any kind (DataLoader, StatefulDataLoader, a subclass;
+built with `LoaderOptions` or not), is
 
 - checked (bad_input.check_loader): worker count, and a training set with batches;
 - given workers that leave SIGTERM / Ctrl-C to the main process (signals.shield_workers).
 
-Why wrap the methods and not use a callback: Lightning starts a loader's workers right
-after calling the method (the fit loop's `setup_data` iterates it), with no hook in
-between. And an attribute set while Lightning calls the method is recorded and set again
-when Lightning rebuilds the loader (to add a DistributedSampler), so it survives that.
+Why wrap the methods and not check in a later hook: Lightning starts a loader's workers
+right after calling the method (the fit loop's `setup_data` iterates it), with no hook in
+between; a callback's `setup` runs before any loader is asked for. And an attribute set
+while Lightning calls the method is recorded and set again when Lightning rebuilds the
+loader (to add a DistributedSampler), so it survives that.
 """
 
 from typing import Any
 
+import lightning as L
 from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
@@ -23,6 +26,18 @@ from .bad_input import check_loader, refuse_empty_training_set
 from .signals import shield_workers
 
 HOOKS = ("train_dataloader", "val_dataloader", "test_dataloader", "predict_dataloader")
+
+
+class LoaderChecks(L.Callback):
+    """Checks every loader the run's DataModule and module return, and shields its workers.
+
+    Without this entry in `trainer.callbacks`, loaders are used as returned: no worker
+    count or empty-training-set check, and Ctrl-C / SIGTERM reach the workers too.
+    """
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        # `datamodule` is set by Lightning's data connector; Trainer does not declare it.
+        watch_loaders(trainer.datamodule, pl_module)  # type: ignore[attr-defined]
 
 
 def watch_loaders(*owners: LightningModule | LightningDataModule | None) -> None:
@@ -41,12 +56,16 @@ class Watched:
 
     A class, not a closure: the owner still pickles (the `ddp_spawn` strategy pickles it).
     `__wrapped__` is the method of the owner's class, which Lightning's `is_overridden`
-    follows, so the hook still counts as defined by your class.
+    follows, so the hook still counts as defined by your class. It is the method the hook
+    calls when wrapped: another of the owner's methods set in its place stays in place
+    (`predict --dataloader val_dataloader` sets `predict_dataloader` before setup).
     """
 
     def __init__(self, owner: Any, hook: str) -> None:
         self.owner, self.hook = owner, hook
-        self.__wrapped__ = getattr(type(owner), hook)
+        current = getattr(owner, hook)
+        name = current.__func__.__name__ if getattr(current, "__self__", None) is owner else hook
+        self.__wrapped__ = getattr(type(owner), name)
 
     def __call__(self) -> Any:
         try:

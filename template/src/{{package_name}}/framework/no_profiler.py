@@ -8,8 +8,9 @@ not, and with the default callbacks a training step makes about 270 such calls: 
 over 1% of the example's step on a CPU, spent on nothing. `NoProfiler.profile` returns one
 shared no-op context instead.
 
-`ProjectCLI` puts it in place when the config names no profiler; a profiler of your own
-(`--trainer.profiler simple`, `advanced`, `pytorch` or a class) is used as it is.
+configs/default.yaml names it as `trainer.profiler`; a profiler of your own
+(`--trainer.profiler simple`, `advanced`, `pytorch` or a class) takes its place, and
+`--trainer.profiler null` (or a config without the key) gives Lightning's default.
 """
 
 from contextlib import AbstractContextManager, nullcontext

@@ -9,15 +9,16 @@ so the cost is bounded (at most four redraws a second: ten, tqdm's own rate, sti
 the example 0.4% of its time) and a slow model's bar still moves.
 The first and the last batch of every loop are always drawn.
 
-`ProjectCLI` puts it in place of the bar Lightning adds when the config names none;
-`--trainer.enable_progress_bar false` still turns bars off. A bar of your own in
-`trainer.callbacks` is kept as it is (Lightning then refuses `enable_progress_bar false`).
+It is an entry of `trainer.callbacks` in configs/default.yaml; without it, Lightning adds
+its own bar. `--trainer.enable_progress_bar false` still turns the bar off: the CLI then
+leaves out the bar the callbacks list names (Lightning refuses that pair otherwise). To
+use another bar, put it in place of this entry (two bars are refused by Lightning).
 """
 
 import time
 from typing import Any
 
-from lightning.pytorch.callbacks import Callback, ProgressBar, TQDMProgressBar
+from lightning.pytorch.callbacks import TQDMProgressBar
 
 
 class ThrottledProgressBar(TQDMProgressBar):
@@ -58,16 +59,3 @@ class ThrottledProgressBar(TQDMProgressBar):
             self._drawn_at = now
             return True
         return False
-
-
-def replace_default_progress_bar(callbacks: list[Callback], configured: list[Callback]) -> None:
-    """Put a ThrottledProgressBar where Lightning added its default bar.
-
-    `configured`: the callbacks the Trainer was given. Lightning adds a bar of its own
-    only when none of them is one, so a bar among them is the user's and stays.
-    """
-    if any(isinstance(callback, ProgressBar) for callback in configured):
-        return
-    for index, callback in enumerate(callbacks):
-        if isinstance(callback, ProgressBar):
-            callbacks[index] = ThrottledProgressBar()

@@ -8,16 +8,37 @@ learning-rate schedule over the whole run reads it (the example's warmup and cos
 decay, OneCycleLR's `total_steps`): `int(inf)` stopped the fit with "OverflowError: cannot
 convert float infinity to integer", and -1 silently made a schedule of 2 steps. An endless
 run whose module never asks (a constant rate, a StepLR) trains as Lightning intends.
+
+The same Trainer class answers `checkpoint_callback` with the ModelCheckpoint that keeps
+the best checkpoints, found by its monitor rather than by its place in the list.
 """
 
 import math
 import sys
 
 from lightning.pytorch import Trainer
+from lightning.pytorch.callbacks import Checkpoint
+
+from .monitor import monitored_checkpoint
 
 
 class ProjectTrainer(Trainer):
-    """Lightning's Trainer; a module that asks a run without a length for its length stops."""
+    """Lightning's Trainer; a module that asks a run without a length for its length stops.
+
+    Its `checkpoint_callback` is the ModelCheckpoint that keeps the best checkpoints.
+    """
+
+    @property
+    def checkpoint_callback(self) -> Checkpoint | None:
+        """The first ModelCheckpoint with a `monitor`, else Lightning's (the first one).
+
+        Lightning takes the first in the callbacks list, which in configs/default.yaml is
+        the one writing `last.ckpt` every N steps; the `checkpoint:` section's comes after
+        it. Found by its monitor instead of moving it first, so the callbacks run in the
+        config's order, and whatever reads this (`ckpt_path="best"`, the best path a
+        `ddp_spawn` worker hands back, the summary, test-after-fit) gets the best one.
+        """
+        return monitored_checkpoint(self) or super().checkpoint_callback
 
     @property
     def estimated_stepping_batches(self) -> int | float:
