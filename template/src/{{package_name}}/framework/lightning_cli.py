@@ -43,7 +43,8 @@ from .run_folders import (
     claim_fresh,
     experiment_config,
     experiment_folder,
-    forget_exported,
+    forget_handed_down,
+    hand_down,
     planned_root,
 )
 from .run_length import ProjectTrainer
@@ -106,6 +107,7 @@ class ProjectCLI(LightningCLI):
     """
 
     _checkpoint_hparams: CheckpointHparams | None = None
+    _planned_root: bool = False  # no root was given: run_folders.py chose it
     _fresh_root: bool = False  # the run root is a new folder, claimed before instantiation
     _recorded: Path | None = None  # the run root whose command.txt records this command
 
@@ -114,7 +116,7 @@ class ProjectCLI(LightningCLI):
         try:
             self._init(args, **kwargs)
         finally:
-            forget_exported()
+            forget_handed_down()
             if self._recorded is not None:
                 record_end(self._recorded, time.monotonic() - started, sys.exc_info()[0])
 
@@ -210,7 +212,7 @@ class ProjectCLI(LightningCLI):
             layout = RunLayout(project_path(config.trainer.default_root_dir))
         else:
             root, self._fresh_root = planned_root(command, folder, config.get("ckpt_path"))
-            layout = RunLayout(root)
+            layout, self._planned_root = RunLayout(root), True
         config.trainer.default_root_dir = str(layout.root)
         _root_loggers(config.trainer.logger, layout.root)
         if config.get("ckpt_path") == "best" and self.config.subcommand != "fit":
@@ -241,9 +243,11 @@ class ProjectCLI(LightningCLI):
         if self._checkpoint_hparams is not None:
             self._checkpoint_hparams.reconcile(config)
         layout = RunLayout(config.trainer.default_root_dir)
-        if self._fresh_root and is_launching_process():
-            layout = RunLayout(claim_fresh(layout.root))
-            _move_root(config, config.trainer.default_root_dir, layout.root)
+        if self._planned_root and is_launching_process():
+            if self._fresh_root:
+                layout = RunLayout(claim_fresh(layout.root))
+                _move_root(config, config.trainer.default_root_dir, layout.root)
+            hand_down(layout.root)
         claim_run_root(self.config.subcommand, layout, config.get("ckpt_path"))
         record_invocation(layout.root, [self.config.subcommand, *self._words])
         self._recorded = layout.root

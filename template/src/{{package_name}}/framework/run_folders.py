@@ -21,7 +21,8 @@ it (an atomic `mkdir`), so two fits started at once never share one.
 Every process of one run must agree on the folder, and only one of them names it:
 
 - Lightning's own DDP launcher starts the other processes from this one: the launching
-  process exports the name in `<PACKAGE>_RUN_NAME`, which they inherit.
+  process puts the folder it settled on (new, or the run it resumes) in
+  `<PACKAGE>_RUN_ROOT`, which they inherit and take as it is.
 - torchrun starts every process itself, on every node: `scripts/torchrun.sh` exports
   `<PACKAGE>_RUN_NAME` (for several nodes, the same `RUN_NAME` is given to each). Any
   other multi-process launch without it is refused, rather than each rank writing
@@ -42,15 +43,15 @@ from pathlib import Path
 from lightning.pytorch.utilities import rank_zero_info
 
 from .paths import DEFAULT_EXPERIMENT, EXPERIMENTS, RunLayout, project_path
+from .run_root import is_launching_process
 
 PACKAGE = __package__.split(".")[0]
-RUN_NAME_VARIABLE = f"{PACKAGE.upper()}_RUN_NAME"
+RUN_NAME_VARIABLE = f"{PACKAGE.upper()}_RUN_NAME"  # a new run's folder name, from a launcher
+RUN_ROOT_VARIABLE = f"{PACKAGE.upper()}_RUN_ROOT"  # the run root, for the processes started here
 TIME_FORMAT = "%Y-%m-%d_%H-%M-%S"
 SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 RESERVED = {"sweeps"}  # runs/sweeps/ holds the sweeps' folders
 SLURM_WAIT_S = 300  # how long SLURM tasks other than 0 wait for task 0's folder
-
-_exported: str | None = None  # the name this process put in RUN_NAME_VARIABLE for its children
 
 
 def check_experiment(name: str) -> str:
@@ -143,6 +144,9 @@ def planned_root(command: str, folder: Path, ckpt_path: str | None) -> tuple[Pat
     Writes nothing (doctor parses a fit's flags without running it), except under SLURM,
     where task 0 makes the folder the other tasks wait for.
     """
+    handed = os.environ.get(RUN_ROOT_VARIABLE)
+    if handed and not is_launching_process():
+        return Path(handed), False
     if ckpt_path in ("last", "best"):
         return newest_run(folder, command, ckpt_path), False
     if ckpt_path and "://" not in ckpt_path:
@@ -150,7 +154,7 @@ def planned_root(command: str, folder: Path, ckpt_path: str | None) -> tuple[Pat
         if path.parent.name == "checkpoints" and path.exists():
             return path.parent.parent, False  # a run's checkpoint: the run goes on there
     given = os.environ.get(RUN_NAME_VARIABLE)
-    if given and given != _exported:
+    if given:
         return folder / check_run_name(given), False
     if os.environ.get("SLURM_JOB_ID") and os.environ.get("SLURM_PROCID"):
         return _slurm_root(folder), False
@@ -175,12 +179,7 @@ def check_run_name(name: str) -> str:
 
 
 def claim_fresh(root: Path) -> Path:
-    """Make the fresh run folder `root`, or `root-1`, `root-2`, ... when taken; export its name.
-
-    The name goes into this process's environment, which Lightning's DDP launcher hands to
-    the processes it starts (they take it in `planned_root`).
-    """
-    global _exported
+    """Make the fresh run folder `root`, or `root-1`, `root-2`, ... when one is taken."""
     root.parent.mkdir(parents=True, exist_ok=True)
     candidate, n = root, 0
     while True:
@@ -190,16 +189,19 @@ def claim_fresh(root: Path) -> Path:
         except FileExistsError:
             n += 1
             candidate = root.with_name(f"{root.name}-{n}")
-    os.environ[RUN_NAME_VARIABLE] = _exported = candidate.name
     return candidate
 
 
-def forget_exported() -> None:
-    """Once the command is over: the next command of this process names its own folder."""
-    global _exported
-    if _exported is not None and os.environ.get(RUN_NAME_VARIABLE) == _exported:
-        del os.environ[RUN_NAME_VARIABLE]
-    _exported = None
+def hand_down(root: Path) -> None:
+    """The run root, in this process's environment, which Lightning's DDP launcher copies
+    into the processes it starts: they take it in `planned_root`, whatever else changed
+    meanwhile (a newer run of the experiment)."""
+    os.environ[RUN_ROOT_VARIABLE] = str(root)
+
+
+def forget_handed_down() -> None:
+    """Once the command is over: no later process started from this one inherits it."""
+    os.environ.pop(RUN_ROOT_VARIABLE, None)
 
 
 def _slurm_root(folder: Path) -> Path:
