@@ -43,6 +43,7 @@ from .measure import Measurement, callback, fit, timed
 
 HEADER = "# Written by `tune`"  # a file starting otherwise is not tune's to overwrite
 WIDTH = 92  # characters per comment line in the config written
+UNREADABLE = (OSError, UnicodeDecodeError)  # an --output tune cannot have written
 
 _QUIET = [
     "--trainer.devices=1",  # one device: the batch size found is the per-device one
@@ -120,7 +121,7 @@ def _plot_path(output: Path) -> Path:
 def _written_by_tune(output: Path) -> bool:
     try:
         return output.read_text().startswith(HEADER)
-    except (OSError, UnicodeDecodeError):
+    except UNREADABLE:
         return False
 
 
