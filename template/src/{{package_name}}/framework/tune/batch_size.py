@@ -11,7 +11,7 @@ memory headroom, and the reasons are written next to it.
 import math
 from dataclasses import dataclass
 
-from .measure import Measurement
+from .measure import Measurement, percent
 
 
 @dataclass
@@ -63,25 +63,25 @@ def reasons(
     best = max(roomy or measured, key=_rate)
     share = _rate(chosen) / _rate(best) if _rate(best) > 0 else float("nan")
     lines = [
-        f"batch_size {chosen.value}: {share:.0%} of the best throughput measured "
+        f"batch_size {chosen.value}: {percent(share)} of the best throughput measured "
         f"({_rate(best):.0f} samples/s at {best.value}); the smallest size within "
-        f"{tolerance:.0%} of it."
+        f"{percent(tolerance)} of it."
     ]
     larger = [m for m in roomy if m.value > chosen.value]
     if larger:
         gain = max(_rate(m) for m in larger) / _rate(chosen) - 1
-        more = f"at most {gain:.0%} more samples/s" if gain > 0 else "no more samples/s"
+        more = f"at most {percent(gain)} more samples/s" if gain > 0 else "no more samples/s"
         lines.append(f"Larger sizes gave {more}, and fewer steps per epoch.")
     if chosen.memory is not None:
         lines.append(
-            f"It used {chosen.memory:.0%} of the {bounds.device} memory (peak reserved / "
-            f"total; sizes above {max_memory:.0%} are not recommended)."
+            f"It used {percent(chosen.memory)} of the {bounds.device} memory (peak reserved / "
+            f"total; sizes above {percent(max_memory)} are not recommended)."
         )
     else:
         lines.append(f"No device memory limit is measured on {bounds.device}.")
     if len(roomy) < len(measured):
         over = ", ".join(str(m.value) for m in measured if m not in roomy)
-        lines.append(f"Over {max_memory:.0%} of device memory: {over}.")
+        lines.append(f"Over {percent(max_memory)} of device memory: {over}.")
     lines.append("samples/s by size: " + ", ".join(f"{m.value}: {_rate(m):.0f}" for m in measured))
     lines.append(_limit(measured, bounds, max_memory))
     return lines
@@ -92,7 +92,7 @@ def _limit(measured: list[Measurement], bounds: Bounds, max_memory: float) -> st
     largest = max(m.value for m in measured)
     memory = max(measured, key=_value).memory
     if memory is not None and memory > max_memory:
-        return f"Not tried above {largest}: it used over {max_memory:.0%} of device memory."
+        return f"Not tried above {largest}: it used over {percent(max_memory)} of device memory."
     by_train_set = bounds.by_train_set
     if by_train_set is not None and largest > by_train_set:
         return (

@@ -39,7 +39,7 @@ from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from ..health import DataWaitMonitor
 from ..paths import PROJECT_ROOT, project_path
 from . import batch_size, learning_rate, workers
-from .measure import Measurement, callback, fit, timed
+from .measure import Measurement, callback, fit, percent, timed
 
 HEADER = "# Written by `tune`"  # a file starting otherwise is not tune's to overwrite
 WIDTH = 92  # characters per comment line in the config written
@@ -318,7 +318,7 @@ def _table(device: str, rows: list[tuple[str, Measurement]]) -> str:
     lines = [f"measured on one {device} device:", ""]
     lines.append(f"{'setting':<12} {'value':<12} {'samples/s':>10} {'data wait':>10} {'memory':>7}")
     for setting, m in rows:
-        memory = "-" if m.memory is None else f"{m.memory:.0%}"
+        memory = "-" if m.memory is None else percent(m.memory)
         lines.append(
             f"{setting:<12} {m.value!s:<12} {m.samples_per_sec:>10.1f} "
             f"{100 * m.data_wait:>9.1f}% {memory:>7}"

@@ -97,6 +97,11 @@ class StepTimer(L.Callback):
         return (self.waits[0] + rest * wait) / (self.totals[0] + rest * total)
 
 
+def percent(share: float) -> str:
+    """0.25 -> "25%" (spelt out: a format spec of "%" closed by a brace reads as Jinja)."""
+    return f"{100 * share:.0f}%"
+
+
 @dataclass
 class Measurement:
     """One timed setting: its label, samples/s, epoch data wait and device memory share."""

@@ -10,7 +10,7 @@ above the configured `hint_above`; among those, the first count given within `to
 of the best samples/s.
 """
 
-from .measure import Measurement
+from .measure import Measurement, percent
 
 
 def choose(measured: list[Measurement], hint_above: float | None, tolerance: float) -> Measurement:
@@ -30,7 +30,8 @@ def reasons(
 ) -> list[str]:
     """The comment lines written above the recommended worker count."""
     table = ", ".join(
-        f"{m.value}: {m.samples_per_sec:.0f} samples/s, {m.data_wait:.0%} wait" for m in measured
+        f"{m.value}: {m.samples_per_sec:.0f} samples/s, {percent(m.data_wait)} wait"
+        for m in measured
     )
     if hint_above is None:
         head = (
@@ -39,13 +40,13 @@ def reasons(
         )
     elif chosen.data_wait <= hint_above:
         head = (
-            f"num_workers {chosen.value}: {chosen.data_wait:.0%} of an epoch waiting for data, "
-            f"under fit's DataWaitMonitor hint_above ({hint_above:.0%}); the fastest such count."
+            f"num_workers {chosen.value}: {percent(chosen.data_wait)} of an epoch waiting for data, "
+            f"under fit's DataWaitMonitor hint_above ({percent(hint_above)}); the fastest such count."
         )
     else:
         head = (
             f"num_workers {chosen.value}: the fastest, but no count tried kept an epoch's data "
-            f"wait under fit's DataWaitMonitor hint_above ({hint_above:.0%}): fit will suggest "
+            f"wait under fit's DataWaitMonitor hint_above ({percent(hint_above)}): fit will suggest "
             "more workers. Try more (--workers), or a cheaper __getitem__."
         )
     return [head, f"per count: {table}."]
