@@ -22,6 +22,8 @@ from pathlib import Path
 
 from lightning.pytorch import Callback
 
+from scaffold import package_name
+
 HOOK_PREFIXES = ("on_", "setup", "teardown", "_before_step", "_after_step")
 
 
@@ -59,7 +61,7 @@ def main() -> None:
     sys.argv = sys.argv[:1]
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
     warnings.filterwarnings("ignore")
-    package = next(p.name for p in (options.project / "src").iterdir() if (p / "cli.py").is_file())
+    package = package_name(options.project)
     sys.path.insert(0, str(options.project / "src"))
     cli = importlib.import_module(f"{package}.framework.cli")
     workdir = Path(tempfile.mkdtemp(prefix="health-share-"))
