@@ -38,6 +38,7 @@ from .paths import (
     unused_name,
 )
 from .precision import trainer_kwargs_for_accelerator
+from .predictions import PredictionWriter
 from .provenance import CheckpointProvenance
 from .run_folders import (
     claim_fresh,
@@ -198,6 +199,13 @@ class ProjectCLI(LightningCLI):
             default="predict_dataloader",
             help="predict only: the DataModule method whose loader is predicted.",
         )
+        parser.add_argument(
+            "--predictions_format",
+            type=Literal["pt", "csv", "parquet"] | None,
+            default=None,
+            help="predict only: the file the PredictionWriter writes, for this call "
+            "(pt, or a table: csv, parquet); default: its `format` in the config.",
+        )
 
     def parse_arguments(self, parser: LightningArgumentParser, args) -> None:
         words = [str(word) for word in (sys.argv[1:] if args is None else args)]
@@ -299,6 +307,7 @@ class ProjectCLI(LightningCLI):
 
     def before_predict(self) -> None:
         self._check_weights()
+        self._set_predictions_format()
         method = self.config_init.predict.dataloader
         if method == "predict_dataloader" or self.datamodule is None:
             return
@@ -311,6 +320,27 @@ class ProjectCLI(LightningCLI):
         # (LightningCLI passes the DataModule, not loaders): for this process, that hook
         # returns the chosen split's loader. `setup` still sees the stage "predict".
         self.datamodule.predict_dataloader = getattr(self.datamodule, method)
+
+    def _set_predictions_format(self) -> None:
+        """`--predictions_format` for this call, without editing the callback list.
+
+        (jsonargparse addresses a list's callback on the command line only when it is the
+        last one added, so the writer's own `format` cannot be typed there.)
+        """
+        chosen = self.config_init.predict.get("predictions_format")
+        if chosen is None:
+            return
+        callbacks = getattr(self.trainer, "callbacks", [])  # set by Lightning, undeclared
+        writers = [callback for callback in callbacks if isinstance(callback, PredictionWriter)]
+        if not writers:
+            sys.exit(
+                f"error: --predictions_format {chosen}: this run has no PredictionWriter in "
+                "trainer.callbacks to write predictions with. Add it back to the callbacks "
+                "of configs/default.yaml (`- class_path: "
+                f"{PredictionWriter.__module__}.PredictionWriter`)."
+            )
+        for writer in writers:
+            writer.format = chosen
 
     def _check_weights(self) -> None:
         """Names and shapes of the checkpoint's weights against the model's, before loading.
