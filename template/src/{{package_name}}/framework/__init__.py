@@ -20,6 +20,7 @@ from typing import Any
 PUBLIC = {
     "LoaderOptions": ".loaders",
     "ProjectCLI": ".lightning_cli",
+    "Refusal": ".refusal",
     "logs_this_step": ".log_steps",
     "project_path": ".paths",
 }

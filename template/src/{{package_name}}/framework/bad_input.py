@@ -14,7 +14,6 @@ folder is refused by run_root.py.
 """
 
 import os
-import sys
 from pathlib import Path
 from typing import Any, TypeGuard
 
@@ -23,6 +22,7 @@ from jsonargparse import Namespace
 from .inspect_ckpt import load_checkpoint
 from .loaders import LoaderOptions
 from .paths import project_path
+from .refusal import Refusal
 
 LOADER_ARGUMENTS = ("num_workers", "pin_memory", "prefetch_factor")  # LoaderOptions' own
 
@@ -55,8 +55,8 @@ def check_data_arguments(data_config: Any) -> None:
         return
     batch_size = init_args.get("batch_size")
     if _is_int(batch_size) and batch_size < 1:
-        sys.exit(
-            f"error: --data.batch_size {batch_size}: a batch holds at least one sample. Set "
+        raise Refusal(
+            f"--data.batch_size {batch_size}: a batch holds at least one sample. Set "
             "it to 1 or more (the example's default is 64)."
         )
     workers = init_args.get("num_workers")
@@ -69,19 +69,19 @@ def check_data_arguments(data_config: Any) -> None:
     try:
         LoaderOptions(**given)
     except ValueError as error:
-        sys.exit(f"error: in --data, {error}")
+        raise Refusal(f"in --data, {error}") from None
 
 
 def check_num_workers(workers: int, where: str) -> None:
     cpus = available_cpus()
     if workers < 0:
-        sys.exit(
-            f"error: {where} {workers}: the number of DataLoader worker processes cannot be "
+        raise Refusal(
+            f"{where} {workers}: the number of DataLoader worker processes cannot be "
             "negative. Use 0 (load in the main process), a positive number, or `auto`."
         )
     if workers > cpus:
-        sys.exit(
-            f"error: {where} {workers}: more DataLoader worker processes than the {cpus} CPUs "
+        raise Refusal(
+            f"{where} {workers}: more DataLoader worker processes than the {cpus} CPUs "
             "this process may use; each worker is a process with its own copy of the "
             f"dataset, and too many run the machine out of memory. Use at most {cpus}, or "
             "`auto` (fits the machine)."
@@ -105,8 +105,8 @@ def check_loader(loader: Any, hook: str) -> None:
 
 
 def refuse_empty_training_set(samples: object, batch_size: object, drop_last: object) -> None:
-    sys.exit(
-        f"error: the training set is empty: train_dataloader() yields 0 batches ({samples} "
+    raise Refusal(
+        f"the training set is empty: train_dataloader() yields 0 batches ({samples} "
         f"samples, batch_size {batch_size}, drop_last {drop_last}); a fit would stop at once "
         "and save nothing. Check the data's path and split sizes (e.g. --data.train_size), "
         "or lower batch_size / turn drop_last off."
@@ -118,8 +118,8 @@ def check_training_length(trainer_config: Any) -> None:
     for key in ("max_epochs", "max_steps"):
         value = trainer_config.get(key)
         if _is_int(value) and (value == 0 or value < -1):
-            sys.exit(
-                f"error: --trainer.{key} {value}: a fit with it trains no step and saves "
+            raise Refusal(
+                f"--trainer.{key} {value}: a fit with it trains no step and saves "
                 f"nothing. Give a positive number, or -1 for no limit (then set the other "
                 "of max_epochs / max_steps)."
             )
@@ -128,7 +128,7 @@ def check_training_length(trainer_config: Any) -> None:
 def check_weights_file(path: Path, flag: str) -> None:
     """A `.ckpt` or `.safetensors` file that can be read, before the run starts."""
     if not path.is_file():
-        sys.exit(f"error: {flag} {path}: no such file. Check the path.")
+        raise Refusal(f"{flag} {path}: no such file. Check the path.")
     if path.suffix != ".safetensors":
         load_checkpoint(path)
         return
@@ -138,10 +138,10 @@ def check_weights_file(path: Path, flag: str) -> None:
         with safe_open(str(path), framework="pt") as weights:
             weights.keys()
     except (SafetensorError, OSError) as error:
-        sys.exit(
-            f"error: {flag} {path} is not a readable safetensors file ({error}). It may be "
+        raise Refusal(
+            f"{flag} {path} is not a readable safetensors file ({error}). It may be "
             "truncated (an interrupted copy) or another format; `export` writes valid ones."
-        )
+        ) from None
 
 
 def _is_int(value: object) -> TypeGuard[int]:

@@ -48,6 +48,7 @@ from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from .consolidate import one_process_checkpoint
 from .inspect_ckpt import is_sharded, load_checkpoint
 from .paths import RunLayout, project_path
+from .refusal import Refusal
 from .trusted_classes import DATA_SECTIONS, named_in, refuse_untrusted
 from .yaml_guard import UnsafeYaml, load_yaml
 
@@ -71,8 +72,8 @@ def checkpoint_file(command: str, config: Namespace, layout: RunLayout) -> Path 
         return None
     path = layout.last if ckpt_path == "last" else project_path(ckpt_path)
     if not path.exists():
-        sys.exit(
-            f"error: --ckpt_path {ckpt_path}: no such file ({path}). Give a checkpoint file, "
+        raise Refusal(
+            f"--ckpt_path {ckpt_path}: no such file ({path}). Give a checkpoint file, "
             "or `last` / `best` for the newest run of the experiment (or the run in "
             "--trainer.default_root_dir)."
         )
@@ -97,11 +98,11 @@ def recorded_section(checkpoint: dict, name: str) -> dict[str, Any]:
         config = load_yaml(recorded, "the config recorded in the checkpoint (provenance)")
     except (UnsafeYaml, yaml.YAMLError) as error:
         problem = " ".join(str(error).split())  # YAML's errors span lines
-        sys.exit(
-            f"error: {problem}. It is read to rebuild what the run trained (arguments kept "
+        raise Refusal(
+            f"{problem}. It is read to rebuild what the run trained (arguments kept "
             "out of the hyperparameters, the run's length); load only the checkpoint's "
             "weights instead with `fit --init_from FILE`."
-        )
+        ) from None
     section = config.get(name) if isinstance(config, dict) else None
     return section if isinstance(section, dict) else {}
 
@@ -217,8 +218,8 @@ class CheckpointHparams:
                 f"--{key} {_shown(before, key)} (checkpoint: {_shown(after, key)})"
                 for key in conflicts
             )
-            sys.exit(
-                f"error: fit --ckpt_path {self.path}: the command line sets {listed}. "
+            raise Refusal(
+                f"fit --ckpt_path {self.path}: the command line sets {listed}. "
                 "Resuming restores the optimizer and scheduler state saved with the "
                 "checkpoint's values, so new ones would not (or only partly) take effect. To "
                 "continue the run as it was, drop these flags. To train from these weights "
@@ -310,8 +311,8 @@ def _refuse_data_without_record(
         return
     if _same_class(model.get("class_path") if isinstance(model, Namespace) else None, model_class):
         return
-    sys.exit(
-        f"error: --ckpt_path {path}: its model is {model_class} (the config names "
+    raise Refusal(
+        f"--ckpt_path {path}: its model is {model_class} (the config names "
         f"{model.get('class_path') if isinstance(model, Namespace) else None}), rebuilt from "
         "the checkpoint, but the checkpoint records no DataModule (no datamodule "
         "hyperparameters, no recorded config), so the data it was trained on cannot be "

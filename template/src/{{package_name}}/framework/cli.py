@@ -19,6 +19,7 @@ from .doctor import main as doctor
 from .export import export
 from .inspect_ckpt import inspect_checkpoint
 from .lightning_cli import TRAINER_COMMANDS, ProjectCLI
+from .refusal import Refusal
 from .signals import interrupt_exit_codes
 from .sweep import sweep
 from .tune import tune
@@ -71,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run_tool(TOOLS[words[0]], words[1:])
     if not words[0].startswith("-") and words[0] not in TRAINER_COMMANDS:
         commands = ", ".join([*TRAINER_COMMANDS, *TOOLS])
-        sys.exit(f"error: unknown command {words[0]!r}. Commands: {commands}.")
+        raise Refusal(f"unknown command {words[0]!r}. Commands: {commands}.")
     # From the shell, LightningCLI reads sys.argv itself: passing it as `args=` too makes
     # Lightning warn on every command that both were given.
     with interrupt_exit_codes():  # 143 after SIGTERM, 130 after Ctrl-C (signals.py)

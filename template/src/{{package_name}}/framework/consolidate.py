@@ -22,7 +22,6 @@ import argparse
 import atexit
 import importlib
 import shutil
-import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -36,6 +35,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from .checkpoint_io import AtomicCheckpointIO
 from .inspect_ckpt import is_sharded, load_checkpoint
 from .paths import project_path
+from .refusal import Refusal
 
 PROG = f"python -m {__package__.split('.')[0]}"
 SHARD_READERS = (ModelParallelStrategy, FSDPStrategy)  # load_checkpoint reads a DCP folder
@@ -44,8 +44,8 @@ SHARD_READERS = (ModelParallelStrategy, FSDPStrategy)  # load_checkpoint reads a
 def consolidate(folder: Path, output: Path) -> Path:
     """Write the full checkpoint of the DCP `folder` to `output`; returns `output`."""
     if not is_sharded(folder):
-        sys.exit(
-            f"error: {folder} is not a distributed checkpoint folder (no `.metadata` file in "
+        raise Refusal(
+            f"{folder} is not a distributed checkpoint folder (no `.metadata` file in "
             "it). Pass a checkpoint folder of an FSDP2 run, e.g. runs/<run>/checkpoints/last.ckpt; "
             "a checkpoint file needs no consolidation."
         )
@@ -64,8 +64,8 @@ def one_process_checkpoint(command: str, folder: Path, strategy: Any) -> Path | 
     if issubclass(_strategy_class(strategy), SHARD_READERS):
         return None
     if command == "fit":
-        sys.exit(
-            f"error: --ckpt_path {folder} is a folder of shards (an FSDP2 checkpoint): only a "
+        raise Refusal(
+            f"--ckpt_path {folder} is a folder of shards (an FSDP2 checkpoint): only a "
             "fit with the strategy and process count that wrote it resumes from it (`fit "
             "--config configs/presets/fsdp2.yaml --trainer.devices N --ckpt_path ...`), since "
             "its optimizer states are sharded by parameter. To start a new run from its "

@@ -25,7 +25,6 @@ import argparse
 import copy
 import importlib
 import json
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +37,7 @@ from .checkpoint_hparams import recorded_arguments, with_recorded_arguments
 from .consolidate import gathered_copy
 from .inspect_ckpt import is_sharded, load_checkpoint
 from .paths import DEFAULT_CONFIG, project_path
+from .refusal import Refusal
 from .trusted_classes import DATA_SECTIONS, MODEL_SECTIONS, named_in, refuse_untrusted
 
 
@@ -105,8 +105,8 @@ def sample_inputs(model: LightningModule, datamodule: LightningDataModule | None
     else:
         tensors, by_keyword = {"input_0": example}, False
     if not all(isinstance(t, torch.Tensor) for t in tensors.values()):
-        sys.exit(
-            f"error: {type(model).__name__}.example_input_array must be a tensor, a tuple of "
+        raise Refusal(
+            f"{type(model).__name__}.example_input_array must be a tensor, a tuple of "
             "tensors or a dict of tensors (names -> tensors, passed as forward(**inputs)); "
             f"it holds {sorted({type(t).__name__ for t in tensors.values()})}."
         )
@@ -131,8 +131,8 @@ def _validation_inputs(model, datamodule) -> torch.Tensor:
             f"and its validation batches are a {type(batch).__name__}, not a tensor or an "
             "(inputs, target) pair"
         )
-    sys.exit(
-        "error: export needs a sample input to trace the network with; "
+    raise Refusal(
+        "export needs a sample input to trace the network with; "
         f"{type(model).__name__} sets no `example_input_array`, {found}. Set it in the "
         "module's __init__, e.g. `self.example_input_array = torch.zeros(2, 8)`: a tensor, "
         "a tuple of tensors, or a dict of tensors passed as forward(**inputs), whose first "
@@ -145,8 +145,8 @@ def dynamic_shapes(model: LightningModule, inputs: SampleInputs) -> dict | tuple
     declared = getattr(model, "export_dynamic_dims", {}) or {}
     unknown = sorted(set(declared) - set(inputs.tensors))
     if unknown:
-        sys.exit(
-            f"error: {type(model).__name__}.export_dynamic_dims names inputs {unknown} that "
+        raise Refusal(
+            f"{type(model).__name__}.export_dynamic_dims names inputs {unknown} that "
             f"the sample input does not have; its inputs are {sorted(inputs.tensors)}."
         )
     dims: dict[str, torch.export.Dim] = {}
@@ -192,7 +192,7 @@ def export_onnx(model: LightningModule, inputs: SampleInputs, path: Path) -> Non
     try:
         import onnxscript  # noqa: F401  (the dynamo exporter needs it)
     except ImportError:
-        sys.exit('error: ONNX export needs the export extra: pip install -e ".[export]".')
+        raise Refusal('ONNX export needs the export extra: pip install -e ".[export]".') from None
     program = torch.onnx.export(
         model,
         inputs.args(),
@@ -212,8 +212,8 @@ def onnx_outputs(path: Path, inputs: SampleInputs) -> list[torch.Tensor]:
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     expected = {graph_input.name for graph_input in session.get_inputs()}
     if expected != set(inputs.tensors):
-        sys.exit(
-            f"error: the ONNX graph takes inputs {sorted(expected)}, but the sample has "
+        raise Refusal(
+            f"the ONNX graph takes inputs {sorted(expected)}, but the sample has "
             f"{sorted(inputs.tensors)}; an input the network ignores is dropped by the "
             "exporter: remove it from example_input_array."
         )

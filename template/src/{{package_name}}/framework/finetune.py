@@ -15,6 +15,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info
 
 from .inspect_ckpt import load_checkpoint
+from .refusal import Refusal
 
 
 def read_weights(path: Path) -> dict[str, torch.Tensor]:
@@ -81,8 +82,8 @@ class InitFromWeights(L.Callback):
                 submodule = pl_module.get_submodule(name)
             except AttributeError:
                 names = ", ".join(n for n, _ in pl_module.named_children())
-                raise SystemExit(
-                    f"error: --freeze {name}: the model has no submodule of that name. "
+                raise Refusal(
+                    f"--freeze {name}: the model has no submodule of that name. "
                     f"Its top-level submodules are: {names}."
                 ) from None
             submodule.requires_grad_(False)

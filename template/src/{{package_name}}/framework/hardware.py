@@ -63,8 +63,8 @@ class Refusal:
 
     @property
     def message(self) -> str:
-        """The one-paragraph error the guard exits with."""
-        return f"error: --trainer.{self.flag} {self.value}: {self.problem}. {self.fix}"
+        """The paragraph the guard refuses the setting with."""
+        return f"--trainer.{self.flag} {self.value}: {self.problem}. {self.fix}"
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,6 @@ so no single-process optimizer loads them.
 
 import argparse
 import json
-import sys
 import tempfile
 import zipfile
 from collections.abc import Sequence
@@ -22,6 +21,8 @@ from pathlib import Path
 
 import torch
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+from .refusal import Refusal
 
 SHARD_INDEX = ".metadata"  # torch distributed checkpoint's index in a folder of shards
 RUN_STATE = "meta.pt"  # Lightning's file for the rest (counters, callbacks, hyperparameters)
@@ -34,14 +35,14 @@ def load_checkpoint(path: Path) -> dict:
         return _gathered(path)
     if not path.is_file():
         problem = "is a folder, not a checkpoint" if path.is_dir() else "does not exist"
-        sys.exit(
-            f"error: checkpoint {path} {problem}. Check the path (runs keep them in "
+        raise Refusal(
+            f"checkpoint {path} {problem}. Check the path (runs keep them in "
             "<root>/checkpoints/: files, or folders of shards that FSDP2 runs save)."
         )
     fix = "use another file, e.g. last.ckpt or an earlier epoch's, from <root>/checkpoints/."
     if not zipfile.is_zipfile(path):  # what torch.save writes; torch's own error is misleading
-        sys.exit(
-            f"error: {path} is not a checkpoint: it is not the zip archive torch.save writes. "
+        raise Refusal(
+            f"{path} is not a checkpoint: it is not the zip archive torch.save writes. "
             "It may be truncated (an interrupted copy or a full disk) or another format "
             f"(safetensors, ONNX, a pickle); {fix}"
         )
@@ -49,11 +50,11 @@ def load_checkpoint(path: Path) -> dict:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as error:  # torch raises several types for damaged or unsafe files
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        sys.exit(
-            f"error: {path} is not a readable checkpoint ({type(error).__name__}: {first_line}). "
+        raise Refusal(
+            f"{path} is not a readable checkpoint ({type(error).__name__}: {first_line}). "
             "It may be damaged, or hold objects a weights-only load refuses (it never runs "
             f"code from a file); {fix}"
-        )
+        ) from None
     return _lightning_checkpoint(checkpoint, path)
 
 
@@ -70,11 +71,11 @@ def _gathered(folder: Path) -> dict:
             dcp_to_torch_save(folder, gathered)
         except Exception as error:  # torch raises several types for damaged shards
             first_line = str(error).strip().splitlines()[0] if str(error).strip() else ""
-            sys.exit(
-                f"error: {folder} is a folder of shards that cannot be read "
+            raise Refusal(
+                f"{folder} is a folder of shards that cannot be read "
                 f"({type(error).__name__}: {first_line}). A shard may be missing or damaged "
                 "(an interrupted save or copy); use another checkpoint from <root>/checkpoints/."
-            )
+            ) from None
         checkpoint = torch.load(gathered, map_location="cpu", weights_only=True)
     if (folder / RUN_STATE).is_file():
         checkpoint.update(torch.load(folder / RUN_STATE, map_location="cpu", weights_only=True))
@@ -85,8 +86,8 @@ def _gathered(folder: Path) -> dict:
 def _lightning_checkpoint(checkpoint: object, path: Path) -> dict:
     """`checkpoint` when it is a Lightning checkpoint (it has a `state_dict`), else stop."""
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
-        sys.exit(
-            f"error: {path} holds no `state_dict`: it is not a Lightning checkpoint (a file "
+        raise Refusal(
+            f"{path} holds no `state_dict`: it is not a Lightning checkpoint (a file "
             "that `fit` writes to <root>/checkpoints/). For weights saved another way, "
             "convert them to safetensors and use `fit --init_from FILE.safetensors`."
         )
@@ -157,8 +158,8 @@ def check_weights_fit(model: torch.nn.Module, checkpoint: dict, path: Path) -> N
         hints.append("a renamed or moved submodule shows up as the same names on both lists")
     if reshaped:
         hints.append("a changed layer size (e.g. num_classes)")
-    sys.exit(
-        f"error: the weights in {path} do not fit the model. "
+    raise Refusal(
+        f"the weights in {path} do not fit the model. "
         f"Missing in the checkpoint ({len(missing)}): {', '.join(missing) or '-'}. "
         f"Unexpected in the checkpoint ({len(unexpected)}): {', '.join(unexpected) or '-'}. "
         f"Other shapes ({len(reshaped)}): {'; '.join(reshaped) or '-'}. "

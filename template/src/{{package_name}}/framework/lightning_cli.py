@@ -40,6 +40,7 @@ from .paths import (
 from .precision import trainer_kwargs_for_accelerator
 from .predictions import PredictionWriter
 from .provenance import CheckpointProvenance
+from .refusal import Refusal
 from .run_folders import (
     claim_fresh,
     experiment_config,
@@ -123,8 +124,8 @@ class ProjectCLI(LightningCLI):
 
     def _init(self, args: list[str] | None = None, **kwargs) -> None:
         if not DEFAULT_CONFIG.is_file():
-            sys.exit(
-                f"error: the default config {DEFAULT_CONFIG} is missing. It holds the run's "
+            raise Refusal(
+                f"the default config {DEFAULT_CONFIG} is missing. It holds the run's "
                 "model, data and trainer settings; restore it from git "
                 f"(`git checkout -- {DEFAULT_CONFIG.relative_to(DEFAULT_CONFIG.parents[1])}`) "
                 "or copy it back from the template."
@@ -312,8 +313,8 @@ class ProjectCLI(LightningCLI):
         if method == "predict_dataloader" or self.datamodule is None:
             return
         if not is_overridden(method, self.datamodule, LightningDataModule):
-            sys.exit(
-                f"error: --dataloader {method}: {type(self.datamodule).__name__} does not "
+            raise Refusal(
+                f"--dataloader {method}: {type(self.datamodule).__name__} does not "
                 f"define {method}(). Choose one it defines: {', '.join(PREDICT_LOADERS)}."
             )
         # Lightning's predict takes its loader from the DataModule's `predict_dataloader`
@@ -333,8 +334,8 @@ class ProjectCLI(LightningCLI):
         callbacks = getattr(self.trainer, "callbacks", [])  # set by Lightning, undeclared
         writers = [callback for callback in callbacks if isinstance(callback, PredictionWriter)]
         if not writers:
-            sys.exit(
-                f"error: --predictions_format {chosen}: this run has no PredictionWriter in "
+            raise Refusal(
+                f"--predictions_format {chosen}: this run has no PredictionWriter in "
                 "trainer.callbacks to write predictions with. Add it back to the callbacks "
                 "of configs/default.yaml (`- class_path: "
                 f"{PredictionWriter.__module__}.PredictionWriter`)."
@@ -467,8 +468,8 @@ def _best_checkpoint(layout: RunLayout) -> Path:
             best = Path(state.get("best_model_path") or "")
             if best.name and best.is_file():
                 return best
-    sys.exit(
-        f"error: --ckpt_path best: no best checkpoint is recorded in {layout.last}. Train "
+    raise Refusal(
+        f"--ckpt_path best: no best checkpoint is recorded in {layout.last}. Train "
         "first with the same --trainer.default_root_dir, or pass a checkpoint file "
         "(`--ckpt_path path/to/file.ckpt`, or `--ckpt_path last`)."
     )

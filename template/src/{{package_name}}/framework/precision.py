@@ -15,13 +15,13 @@ fills:
 doctor reads the same plan, so what it passes is what `fit` starts.
 """
 
-import sys
 from typing import Any
 
 import torch
 from lightning.pytorch.plugins import MixedPrecision
 
 from .hardware import probe, resolve
+from .refusal import Refusal
 
 
 def trainer_kwargs_for_accelerator(trainer_config: dict[str, Any]) -> dict[str, Any]:
@@ -31,7 +31,7 @@ def trainer_kwargs_for_accelerator(trainer_config: dict[str, Any]) -> dict[str, 
     """
     plan = resolve(trainer_config, probe())
     if plan.refusals:
-        sys.exit("\n\n".join(refusal.message for refusal in plan.refusals))
+        raise Refusal(*(refusal.message for refusal in plan.refusals))
     if not plan.cpu_fp16:
         return {}
     plugins = trainer_config.get("plugins") or []

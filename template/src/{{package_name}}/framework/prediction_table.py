@@ -11,15 +11,13 @@ from typing import Any, NoReturn
 
 import torch
 
+from .refusal import Refusal
+
 SCALARS = (str, int, float, bool)
 
 
-class PredictionFormatError(SystemExit):
+class PredictionFormatError(Refusal):
     """Predictions that cannot be written in the chosen format: one paragraph, exit status 1."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(f"error: {message}")
-        self.message = message
 
 
 def table_of(outputs: list[list[Any]], indices: list[list[Any]]) -> dict[str, list]:

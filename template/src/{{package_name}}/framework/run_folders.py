@@ -35,7 +35,6 @@ Every process of one run must agree on the folder, and only one of them names it
 
 import os
 import re
-import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -43,6 +42,7 @@ from pathlib import Path
 from lightning.pytorch.utilities import rank_zero_info
 
 from .paths import DEFAULT_EXPERIMENT, EXPERIMENTS, RunLayout, project_path
+from .refusal import Refusal
 from .run_root import is_launching_process
 
 PACKAGE = __package__.split(".")[0]
@@ -57,8 +57,8 @@ SLURM_WAIT_S = 300  # how long SLURM tasks other than 0 wait for task 0's folder
 def check_experiment(name: str) -> str:
     """The name, or exit: it must be one plain folder name (it becomes `runs/<name>/`)."""
     if not SAFE_NAME.fullmatch(name) or name in RESERVED:
-        sys.exit(
-            f"error: experiment name {name!r} cannot be a folder name: its runs go to "
+        raise Refusal(
+            f"experiment name {name!r} cannot be a folder name: its runs go to "
             "runs/<experiment>/. Use letters, digits, dots, dashes and underscores, "
             f"starting with a letter or digit (not {', '.join(sorted(RESERVED))}, which "
             "holds the sweeps)."
@@ -76,8 +76,8 @@ def experiment_config(name: str) -> Path | None:
     if path.is_file() or name == DEFAULT_EXPERIMENT:
         return path if path.is_file() else None
     known = sorted(p.stem for p in EXPERIMENTS.glob("*.yaml")) if EXPERIMENTS.is_dir() else []
-    sys.exit(
-        f"error: --experiment {name}: there is no {path}. An experiment is a config file "
+    raise Refusal(
+        f"--experiment {name}: there is no {path}. An experiment is a config file "
         f"stacked on configs/default.yaml; its runs go to runs/{name}/. Choose one of: "
         f"{', '.join(known) or '(none yet)'}, or create {path.name} there (copy "
         "configs/experiments/example.yaml)."
@@ -124,8 +124,8 @@ def newest_run(folder: Path, command: str, ckpt_path: str) -> Path:
     experiment = folder.name
     runs = runs_of(folder)
     if not runs:
-        sys.exit(
-            f"error: {command} --ckpt_path {ckpt_path}: experiment {experiment!r} has no run "
+        raise Refusal(
+            f"{command} --ckpt_path {ckpt_path}: experiment {experiment!r} has no run "
             f"with checkpoints in {folder}. Train one first (`fit` "
             f"{'' if experiment == DEFAULT_EXPERIMENT else f'--experiment {experiment} '}"
             "makes a new run folder there), or name the run: `--trainer.default_root_dir "
@@ -159,8 +159,8 @@ def planned_root(command: str, folder: Path, ckpt_path: str | None) -> tuple[Pat
     if os.environ.get("SLURM_JOB_ID") and os.environ.get("SLURM_PROCID"):
         return _slurm_root(folder), False
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        sys.exit(
-            f"error: this process is one of {os.environ['WORLD_SIZE']} started by a launcher "
+        raise Refusal(
+            f"this process is one of {os.environ['WORLD_SIZE']} started by a launcher "
             f"(torchrun?), and nothing tells them which run folder to share. Set "
             f"{RUN_NAME_VARIABLE} to the same name in every process (scripts/torchrun.sh "
             "does; on several nodes give it `RUN_NAME=<name>`), or pass "
@@ -171,8 +171,8 @@ def planned_root(command: str, folder: Path, ckpt_path: str | None) -> tuple[Pat
 
 def check_run_name(name: str) -> str:
     if not SAFE_NAME.fullmatch(name):
-        sys.exit(
-            f"error: {RUN_NAME_VARIABLE}={name!r} cannot be a folder name. Use letters, "
+        raise Refusal(
+            f"{RUN_NAME_VARIABLE}={name!r} cannot be a folder name. Use letters, "
             "digits, dots, dashes and underscores."
         )
     return name
@@ -217,8 +217,8 @@ def _slurm_root(folder: Path) -> Path:
             root.mkdir(parents=True, exist_ok=True)
             return root
         if time.monotonic() > deadline:
-            sys.exit(
-                f"error: SLURM task {os.environ['SLURM_PROCID']} waited {SLURM_WAIT_S} s for "
+            raise Refusal(
+                f"SLURM task {os.environ['SLURM_PROCID']} waited {SLURM_WAIT_S} s for "
                 f"task 0 to make the run folder {folder}/*{suffix}. The run folder must be on "
                 "a filesystem every node shares; or pass `--trainer.default_root_dir`."
             )

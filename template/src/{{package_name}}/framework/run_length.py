@@ -14,12 +14,12 @@ the best checkpoints, found by its monitor rather than by its place in the list.
 """
 
 import math
-import sys
 
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import Checkpoint
 
 from .monitor import monitored_checkpoint
+from .refusal import Refusal
 
 
 class ProjectTrainer(Trainer):
@@ -51,8 +51,8 @@ class ProjectTrainer(Trainer):
                 else "its training data has no length (an iterable dataset) and "
                 "--trainer.max_steps is -1"
             )
-            sys.exit(
-                f"error: this fit has no length ({why}), but {module} asks for its number of "
+            raise Refusal(
+                f"this fit has no length ({why}), but {module} asks for its number of "
                 "steps (trainer.estimated_stepping_batches), as a learning-rate schedule over "
                 "the whole run does (the example's warmup and cosine decay). Give the run a "
                 "length: --trainer.max_steps N (or a finite --trainer.max_epochs N). To train "

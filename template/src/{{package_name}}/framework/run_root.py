@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import IO
 
 from .paths import RunLayout
+from .refusal import Refusal
 
 LOCK_NAME = ".run.lock"
 # Environment variables that give a process's rank under torchrun, Lightning's DDP
@@ -68,11 +69,11 @@ def check_writable(root: Path) -> None:
             raise NotADirectoryError(errno.ENOTDIR, "a file is in the way", str(existing))
         os.rmdir(tempfile.mkdtemp(prefix=".write-test-", dir=existing))
     except OSError as error:
-        sys.exit(
-            f"error: the run folder {root} cannot be written ({existing}: "
+        raise Refusal(
+            f"the run folder {root} cannot be written ({existing}: "
             f"{error.strerror or error}). A run writes its checkpoints and logs there: choose "
             "a folder you can write with `--trainer.default_root_dir`, or fix its permissions."
-        )
+        ) from None
 
 
 def claim_for_fit(layout: RunLayout, ckpt_path: str | None) -> None:
@@ -87,8 +88,8 @@ def claim_for_fit(layout: RunLayout, ckpt_path: str | None) -> None:
         ckpt_path is not None and layout.root.resolve() in Path(ckpt_path).resolve().parents
     )
     if not resuming and _holds_a_run(layout) and not _slurm_requeue(layout):
-        sys.exit(
-            f"error: {layout.root} already holds a run (checkpoints in {layout.checkpoints}); "
+        raise Refusal(
+            f"{layout.root} already holds a run (checkpoints in {layout.checkpoints}); "
             "a new fit there would overwrite them. To continue that run, add `--ckpt_path "
             "last`. To start a new run, leave out --trainer.default_root_dir (each fit then "
             "gets its own runs/<experiment>/<date>_<time>/) or give another folder. "
@@ -118,8 +119,8 @@ def _lock(root: Path) -> None:
     if not _try_lock(handle):
         owner = _read_owner(handle)
         handle.close()
-        sys.exit(
-            f"error: another fit is running into {root} (process {owner}, which holds "
+        raise Refusal(
+            f"another fit is running into {root} (process {owner}, which holds "
             f"{root / LOCK_NAME}); two runs in one folder would overwrite each other's "
             "checkpoints. Wait for it to finish (or stop it: it then writes last.ckpt, and "
             "`--ckpt_path last` resumes it), or run in another folder with "

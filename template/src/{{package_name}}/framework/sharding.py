@@ -15,7 +15,6 @@ sharded when nothing is sharded yet, which also keeps the hook idempotent (fit, 
 Runs on CUDA (NCCL) and on CPU (gloo), where it is tested with two processes.
 """
 
-import sys
 from collections.abc import Callable
 
 import lightning as L
@@ -23,6 +22,8 @@ from lightning.pytorch.strategies import ModelParallelStrategy
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 from torch.distributed.fsdp import FSDPModule, fully_shard
+
+from .refusal import Refusal
 
 
 class FSDP2Strategy(ModelParallelStrategy):
@@ -89,7 +90,8 @@ class FSDP2Strategy(ModelParallelStrategy):
         try:
             units = with_networks(module, find_blocks(module, self.blocks))
         except ValueError as error:  # a preset naming no class the module has
-            sys.exit(f"error: {error}" if self.is_global_zero else 1)  # said once, not per rank
+            # Said once, not per rank: the other ranks end with status 1 and no message.
+            raise Refusal(str(error)) if self.is_global_zero else SystemExit(1) from None
         # Innermost first: fully_shard on a parent skips parameters its children hold.
         for block in reversed(units):
             fully_shard(block, mesh=mesh, reshard_after_forward=self.reshard_after_forward)

@@ -36,6 +36,8 @@ from typing import Any
 
 from jsonargparse import Namespace
 
+from .refusal import Refusal
+
 PROJECT_PACKAGE = __package__.split(".")[0]
 LIBRARIES = ("torch", "lightning")
 TRUSTED_PACKAGES = (PROJECT_PACKAGE, *LIBRARIES)
@@ -86,8 +88,8 @@ def refuse_untrusted(
     trusted = set(named)
     for key in sections:
         if not isinstance(checkpoint.get(key, {}), dict):
-            sys.exit(
-                f"error: {path}: `{key}` is a {type(checkpoint[key]).__name__}, not the mapping "
+            raise Refusal(
+                f"{path}: `{key}` is a {type(checkpoint[key]).__name__}, not the mapping "
                 "of argument names to values Lightning saves, so the model cannot be rebuilt "
                 "from it. Use another file, or load only its weights with `fit --init_from FILE`."
             )
@@ -97,8 +99,8 @@ def refuse_untrusted(
         if checkpoint.get(key, {}).get("_instantiator", INSTANTIATORS[0]) not in INSTANTIATORS
     ]
     if instantiators:
-        sys.exit(
-            f"error: {path} names another instantiator than LightningCLI's: "
+        raise Refusal(
+            f"{path} names another instantiator than LightningCLI's: "
             f"{'; '.join(instantiators)}. Lightning would build the model by calling it, and "
             f"calls only {', '.join(INSTANTIATORS)} (any other could run any code), so "
             "nothing was imported. Use another file, or load only this one's weights with "
@@ -110,21 +112,21 @@ def refuse_untrusted(
         for key in sections:
             found += _strings(checkpoint.get(key), key)
     except _TOO_LARGE:
-        sys.exit(
-            f"error: {path} holds hyperparameters that expand to more than {MAX_VALUES:,} "
+        raise Refusal(
+            f"{path} holds hyperparameters that expand to more than {MAX_VALUES:,} "
             "values (one value repeated through shared references, or nested too deep to "
             "walk): rebuilding the model from them would not end, so nothing was read from "
             "them. A checkpoint `fit` writes never holds such; use another file, or load only "
             "its weights with `fit --init_from FILE`."
-        )
+        ) from None
     found = [(where, value) for where, value in found if value not in trusted]
     foreign = _foreign_class_names() if any(v.isidentifier() for _, v in found) else set()
     untrusted = [
         f"{where} = {value}" for where, value in found if not _harmless(where, value, foreign)
     ]
     if untrusted:
-        sys.exit(
-            f"error: {path} names code that neither this project, its config and command "
+        raise Refusal(
+            f"{path} names code that neither this project, its config and command "
             f"line, nor torch/Lightning provide: {'; '.join(dict.fromkeys(untrusted))}. "
             "Rebuilding the model would import or build it (a class path, an import path or "
             "a class name, in any value), which runs its code, so nothing was imported. If "

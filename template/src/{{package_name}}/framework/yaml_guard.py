@@ -14,7 +14,6 @@ value on the command line) goes through `guard_jsonargparse_yaml`; `--config` fi
 checked before parsing too (`checked_config_words`), so the refusal names the file.
 """
 
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,8 @@ from typing import Any
 import yaml
 from jsonargparse import get_loader, set_loader
 from lightning.pytorch.utilities import rank_zero_info
+
+from .refusal import Refusal
 
 MAX_ALIAS_VALUES = 100_000  # nodes aliases may add; the shipped configs' aliases add none
 CONFIG_FLAGS = ("--config", "-c")
@@ -119,7 +120,7 @@ def _is_empty_config(path: Path) -> bool:
     try:
         empty = load_yaml(text, f"--config {path}") is None
     except UnsafeYaml as error:
-        sys.exit(f"error: {error}.")
+        raise Refusal(f"{error}.") from None
     except yaml.YAMLError:
         return False
     if empty:
@@ -138,7 +139,7 @@ def guard_jsonargparse_yaml() -> None:
             try:
                 check_yaml(text, "a YAML value given to the command (a config file or an option)")
             except UnsafeYaml as error:
-                sys.exit(f"error: {error}.")
+                raise Refusal(f"{error}.") from None
         return loader(text)
 
     guarded._guarded = True  # type: ignore[attr-defined]

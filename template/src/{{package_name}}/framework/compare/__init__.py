@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..paths import project_path
+from ..refusal import Refusal
 from ..run_record import RunRecord, UnreadableRun, is_run, read_run
 
 MAX_DEPTH = 3  # sweep folder / trial / seed
@@ -51,8 +52,8 @@ def compare(argv: Sequence[str]) -> int:
         except UnreadableRun as error:  # one damaged run does not hide the others
             print(f"warning: skipped {root}: {error}", file=sys.stderr)
     if not records:
-        sys.exit(
-            f"error: none of the {len(runs)} runs could be read (each is named above). "
+        raise Refusal(
+            f"none of the {len(runs)} runs could be read (each is named above). "
             "Remove or repair the files named, or pass other runs."
         )
     base = Path(os.path.commonpath([record.root for record in records]))
@@ -84,8 +85,8 @@ def _existing(folder: Path) -> Path:
     for candidate in (folder, project_path(folder)):
         if candidate.is_dir():
             return candidate.resolve()
-    sys.exit(
-        f"error: {folder} is not a folder (looked in the working directory and the project "
+    raise Refusal(
+        f"{folder} is not a folder (looked in the working directory and the project "
         "root). Give a run folder (runs/<experiment>/<date>_<time>), an experiment "
         "folder (runs/<experiment>) or a sweep folder (runs/sweeps/<name>)."
     )
@@ -99,8 +100,8 @@ def _runs_in(folder: Path, depth: int = 0) -> list[Path]:
         for child in sorted(path for path in folder.iterdir() if path.is_dir()):
             found += _runs_in(child, depth + 1)
     if depth == 0 and not found:
-        sys.exit(
-            f"error: {folder} is not a run folder: neither it nor its subfolders hold "
+        raise Refusal(
+            f"{folder} is not a run folder: neither it nor its subfolders hold "
             "checkpoints/, command.txt or <logger>/version_N/metrics.csv. Give a run folder "
             "(runs/<experiment>/<date>_<time>), an experiment folder (runs/<experiment>) or "
             "a sweep folder (runs/sweeps/<name>)."

@@ -23,12 +23,12 @@ import dataclasses
 import functools
 import importlib.util
 import os
-import sys
 import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from ..paths import PROJECT_ROOT
+from ..refusal import Refusal
 from . import config_checks, source_checks  # noqa: F401  (importing registers the checks)
 from .context import Context, probe_machine
 from .registry import CHECKS, FAIL, PASS, WARN, Check, Result
@@ -149,8 +149,8 @@ def main(argv: Sequence[str]) -> int:
 def static_results(files: Sequence[str]) -> dict[str, Result]:
     """The source checks, on these files (all of the project's when none is named)."""
     if any(arg.startswith("-") for arg in files):
-        sys.exit(
-            f"error: `doctor --static` takes file names only, got {list(files)}. The static "
+        raise Refusal(
+            f"`doctor --static` takes file names only, got {list(files)}. The static "
             "mode reads sources without the config; drop --static to check a run's flags."
         )
     context = Context(

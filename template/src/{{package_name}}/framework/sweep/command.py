@@ -8,13 +8,13 @@ on a rerun, that the journal is intact and the spec still describes the sweep in
 
 import argparse
 import io
-import sys
 from collections.abc import Sequence
 from contextlib import redirect_stderr
 from pathlib import Path
 from typing import Any
 
 from ..paths import project_path
+from ..refusal import Refusal
 from .spec import SpecError, SweepSpec, fit_value, load_spec
 
 SWEEPS_ROOT = "runs/sweeps"
@@ -55,7 +55,7 @@ def sweep(argv: Sequence[str]) -> int:
     try:
         return _sweep(args, cli_options)
     except SpecError as error:
-        sys.exit(f"error: {error}")
+        raise Refusal(str(error)) from None
 
 
 def _sweep(args: argparse.Namespace, cli_options: list[str]) -> int:
@@ -164,7 +164,7 @@ def _parse(options: list[str]) -> tuple[dict[str, Any] | None, str]:
             return resolve_config(options), ""
         except SystemExit as exit:
             if isinstance(exit.code, str):  # the CLI's own one-paragraph errors
-                err.write(f"error: {exit.code}")
+                err.write(exit.code)
     return None, err.getvalue()
 
 

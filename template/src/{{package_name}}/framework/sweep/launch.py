@@ -18,7 +18,6 @@ left RUNNING by an earlier run are resumed first, then new ones are asked until 
 import os
 import shutil
 import signal
-import sys
 import threading
 import time
 from collections import deque
@@ -26,6 +25,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+from ..refusal import Refusal
 from .study import Sweep, trial_id
 from .trial import TrialJob, ask_trial
 
@@ -175,8 +175,8 @@ def slurm_parameters(sweep: Sweep, jobs: int | None, flags: dict[str, Any]) -> d
 
 def require_sbatch() -> None:
     if shutil.which("sbatch") is None:
-        sys.exit(
-            "error: --launcher slurm needs SLURM's `sbatch` on PATH: run the sweep on the "
+        raise Refusal(
+            "--launcher slurm needs SLURM's `sbatch` on PATH: run the sweep on the "
             "cluster's login node, or use --launcher local."
         )
 
