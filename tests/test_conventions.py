@@ -77,7 +77,15 @@ def test_the_project_version_is_its_own_not_the_templates_tag():
 
 def test_mypy_is_clean_on_the_framework(rendered, request, tmp_path):
     project = rendered("defaults")
-    assert pyproject(project)["tool"]["mypy"]["files"] == ["src/default_probe/framework"]
+    config = pyproject(project)["tool"]["mypy"]
+    assert config["files"] == ["src/default_probe/framework"]
+    # Strict, with the error codes the Scientific Python development guide turns on.
+    assert config["strict"] and config["warn_unreachable"]
+    assert set(config["enable_error_code"]) == {
+        "ignore-without-code",
+        "redundant-expr",
+        "truthy-bool",
+    }
     # torch's and lightning's analysis is the cost (~30 s cold): keep it between runs.
     cache = request.config.cache.mkdir("mypy") if hasattr(request.config, "cache") else tmp_path
     out = passes(project, sys.executable, "-m", "mypy", "--cache-dir", str(cache))

@@ -86,7 +86,7 @@ def checkpoint_file(command: str, config: Namespace, layout: RunLayout) -> Path 
 CONFIG_SECTIONS = {"hyper_parameters": "model", "datamodule_hyper_parameters": "data"}
 
 
-def recorded_section(checkpoint: dict, name: str) -> dict[str, Any]:
+def recorded_section(checkpoint: dict[str, Any], name: str) -> dict[str, Any]:
     """Section `name` of the run's resolved config, recorded by provenance.py; {} if none.
 
     The recorded text is the checkpoint's, so it is read bounded (yaml_guard.py).
@@ -107,7 +107,7 @@ def recorded_section(checkpoint: dict, name: str) -> dict[str, Any]:
     return section if isinstance(section, dict) else {}
 
 
-def recorded_arguments(checkpoint: dict, key: str = "hyper_parameters") -> dict[str, Any]:
+def recorded_arguments(checkpoint: dict[str, Any], key: str = "hyper_parameters") -> dict[str, Any]:
     """Init arguments of the run's recorded config that the hyperparameters under `key` lack.
 
     Only for the class those hyperparameters name; {} for a checkpoint written without
@@ -123,13 +123,13 @@ def recorded_arguments(checkpoint: dict, key: str = "hyper_parameters") -> dict[
     return {name: value for name, value in init_args.items() if name not in hparams}
 
 
-def recorded_run_length(checkpoint: dict) -> dict[str, Any]:
+def recorded_run_length(checkpoint: dict[str, Any]) -> dict[str, Any]:
     """`max_epochs` and `max_steps` of the run that wrote the checkpoint; {} if unrecorded."""
     trainer = recorded_section(checkpoint, "trainer")
     return {key: trainer[key] for key in ("max_epochs", "max_steps") if key in trainer}
 
 
-def with_recorded_arguments(checkpoint: dict, keys: Sequence[str]) -> dict:
+def with_recorded_arguments(checkpoint: dict[str, Any], keys: Sequence[str]) -> dict[str, Any]:
     """The checkpoint, each hyperparameter section under `keys` completed from its config."""
     completed = {
         key: {**checkpoint[key], **recorded_arguments(checkpoint, key)}
@@ -139,7 +139,7 @@ def with_recorded_arguments(checkpoint: dict, keys: Sequence[str]) -> dict:
     return {**checkpoint, **completed}
 
 
-def checkpoint_data(checkpoint: dict) -> dict[str, Any] | None:
+def checkpoint_data(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
     """The DataModule the run trained with, as hyperparameters with `_class_path`; None if
     the checkpoint records none (a DataModule without save_hyperparameters, or no CLI):
     its hyperparameters completed from the recorded config, else the recorded `data:`.
@@ -179,7 +179,9 @@ class CheckpointHparams:
         self.run_length = recorded_run_length(checkpoint)
         if self.data is None:
             _refuse_data_without_record(path, checkpoint, config, self.class_path, self.explicit)
-        self.before_config = Namespace(model=_copy(config.model), data=_copy(config.get("data")))
+        self.before_config = Namespace(  # type: ignore[no-untyped-call]  # unannotated in jsonargparse
+            model=_copy(config.model), data=_copy(config.get("data"))
+        )
         self.before = self.before_config.model
 
     def apply_recorded(self, parser: ArgumentParser, config: Namespace) -> Namespace:
@@ -275,7 +277,7 @@ SECTIONS = ("model", "data")
 
 
 def _data_to_rebuild(
-    checkpoint: dict, data: Any, explicit: dict[str, bool]
+    checkpoint: dict[str, Any], data: Any, explicit: dict[str, bool]
 ) -> dict[str, Any] | None:
     """The checkpoint's DataModule (checkpoint_data) when it replaces the config's: its
     class is not the config's and no `--data CLASS` (or a mapping for `--data`) was typed."""
@@ -296,7 +298,11 @@ def _same_class(named: str | None, class_path: str) -> bool:
 
 
 def _refuse_data_without_record(
-    path: Path, checkpoint: dict, config: Namespace, model_class: Any, explicit: dict
+    path: Path,
+    checkpoint: dict[str, Any],
+    config: Namespace,
+    model_class: Any,
+    explicit: dict[str, dict[str, bool]],
 ) -> None:
     """Stop when the model is rebuilt as another class than the config's and the checkpoint
     records no DataModule: the config's would feed the model data it never saw."""

@@ -167,7 +167,7 @@ class TorchCompile(L.Callback):
         owner = type(self._target).__name__ if self._target is not None else "?"
         return f"{owner} (submodule {self.submodule!r})" if self.submodule else owner
 
-    def _guard(self, compiled: Callable, eager: Callable) -> Callable:
+    def _guard(self, compiled: Callable[..., Any], eager: Callable[..., Any]) -> Callable[..., Any]:
         """`compiled`, falling back to (or stopping with) `eager` as configured."""
 
         @functools.wraps(eager)

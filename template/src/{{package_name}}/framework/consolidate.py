@@ -82,7 +82,8 @@ def _strategy_class(strategy: Any) -> type:
     class_path = strategy.get("class_path") if isinstance(strategy, Namespace | dict) else None
     if class_path:
         module, _, name = str(class_path).rpartition(".")
-        return getattr(importlib.import_module(module), name)
+        found: type = getattr(importlib.import_module(module), name)
+        return found
     return type(strategy)
 
 

@@ -50,7 +50,7 @@ def first_difference(a: Any, b: Any, where: str = "") -> str | None:
     return None if a == b else where
 
 
-def compare_checkpoints(a: dict, b: dict) -> str | None:
+def compare_checkpoints(a: dict[str, Any], b: dict[str, Any]) -> str | None:
     for key in COMPARED:
         found = first_difference(a.get(key), b.get(key), key)
         if found:
@@ -85,7 +85,7 @@ def verify_determinism(argv: Sequence[str]) -> int:
 
 def _child(steps: int, root: Path, fit_args: Sequence[str]) -> None:
     """One fresh-process run: fit `steps` steps, then save the final state."""
-    from .cli import ProjectCLI
+    from .lightning_cli import ProjectCLI
 
     cli = ProjectCLI(
         args=[

@@ -28,6 +28,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import yaml
@@ -42,7 +43,7 @@ from .trusted_classes import DATA_SECTIONS, MODEL_SECTIONS, named_in, refuse_unt
 
 
 def rebuild(
-    path: Path, checkpoint: dict, trusted: Sequence[str] = ()
+    path: Path, checkpoint: dict[str, Any], trusted: Sequence[str] = ()
 ) -> tuple[LightningModule, LightningDataModule | None]:
     """The module (and data module, when recorded) of a CLI-trained checkpoint, with its weights.
 
@@ -113,7 +114,9 @@ def sample_inputs(model: LightningModule, datamodule: LightningDataModule | None
     return SampleInputs({name: t.detach().cpu() for name, t in tensors.items()}, by_keyword)
 
 
-def _validation_inputs(model, datamodule) -> torch.Tensor:
+def _validation_inputs(
+    model: LightningModule, datamodule: LightningDataModule | None
+) -> torch.Tensor:
     """The first validation batch's inputs, when the batch says unambiguously what they are."""
     batch = None
     if datamodule is not None:
@@ -140,7 +143,9 @@ def _validation_inputs(model, datamodule) -> torch.Tensor:
     )
 
 
-def dynamic_shapes(model: LightningModule, inputs: SampleInputs) -> dict | tuple:
+def dynamic_shapes(
+    model: LightningModule, inputs: SampleInputs
+) -> dict[str, Any] | tuple[Any, ...]:
     """Dim 0 of every input is `batch`; `model.export_dynamic_dims` adds named ones."""
     declared = getattr(model, "export_dynamic_dims", {}) or {}
     unknown = sorted(set(declared) - set(inputs.tensors))
@@ -163,7 +168,7 @@ def dynamic_shapes(model: LightningModule, inputs: SampleInputs) -> dict | tuple
     return shapes if inputs.by_keyword else tuple(shapes.values())
 
 
-def _leaves(output) -> list[torch.Tensor]:
+def _leaves(output: Any) -> list[torch.Tensor]:
     """A forward's output as a flat list: a tensor, or tuples, lists and dicts of tensors."""
     if isinstance(output, torch.Tensor):
         return [output]
@@ -171,7 +176,7 @@ def _leaves(output) -> list[torch.Tensor]:
     return [leaf for value in values for leaf in _leaves(value)]
 
 
-def export_safetensors(model, checkpoint: dict, path: Path) -> None:
+def export_safetensors(model: torch.nn.Module, checkpoint: dict[str, Any], path: Path) -> None:
     """The module's weights, with the checkpoint's provenance as the file's metadata.
 
     Tied weights (one tensor under two names, as GPT-2's input and output embeddings) are

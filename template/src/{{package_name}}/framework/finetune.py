@@ -24,10 +24,13 @@ def read_weights(path: Path) -> dict[str, torch.Tensor]:
         from safetensors.torch import load_file
 
         return load_file(path)
-    return load_checkpoint(path)["state_dict"]
+    weights: dict[str, torch.Tensor] = load_checkpoint(path)["state_dict"]
+    return weights
 
 
-def load_matching(module: torch.nn.Module, weights: dict[str, torch.Tensor]) -> dict[str, list]:
+def load_matching(
+    module: torch.nn.Module, weights: dict[str, torch.Tensor]
+) -> dict[str, list[str]]:
     """Load the tensors whose name and shape match; report what did not."""
     own = module.state_dict()
     weights = {key.replace("_orig_mod.", ""): value for key, value in weights.items()}

@@ -308,7 +308,7 @@ def _argument(entry: Any, name: str) -> Any:
     return getattr(entry, name, None)
 
 
-def _as_list(value: Any) -> list:
+def _as_list(value: Any) -> list[Any]:
     if value is None:
         return []
     return list(value) if isinstance(value, list | tuple) else [value]

@@ -18,6 +18,7 @@ import tempfile
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
@@ -28,7 +29,7 @@ SHARD_INDEX = ".metadata"  # torch distributed checkpoint's index in a folder of
 RUN_STATE = "meta.pt"  # Lightning's file for the rest (counters, callbacks, hyperparameters)
 
 
-def load_checkpoint(path: Path) -> dict:
+def load_checkpoint(path: Path) -> dict[str, Any]:
     """`torch.load(weights_only=True)` with a one-paragraph error for a bad file; a folder of
     shards gathered (see above)."""
     if is_sharded(path):
@@ -63,7 +64,7 @@ def is_sharded(path: Path) -> bool:
     return path.is_dir() and (path / SHARD_INDEX).is_file()
 
 
-def _gathered(folder: Path) -> dict:
+def _gathered(folder: Path) -> dict[str, Any]:
     """The shards of `folder` as full tensors, with the run state, minus optimizer states."""
     with tempfile.TemporaryDirectory() as tmp:
         gathered = Path(tmp) / "gathered.pt"
@@ -83,7 +84,7 @@ def _gathered(folder: Path) -> dict:
     return _lightning_checkpoint(weights, folder)
 
 
-def _lightning_checkpoint(checkpoint: object, path: Path) -> dict:
+def _lightning_checkpoint(checkpoint: object, path: Path) -> dict[str, Any]:
     """`checkpoint` when it is a Lightning checkpoint (it has a `state_dict`), else stop."""
     if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
         raise Refusal(
@@ -94,7 +95,7 @@ def _lightning_checkpoint(checkpoint: object, path: Path) -> dict:
     return checkpoint
 
 
-def summarize(checkpoint: dict) -> dict:
+def summarize(checkpoint: dict[str, Any]) -> dict[str, Any]:
     """The plain-data facts of a checkpoint: counters, versions, hyperparameters, tensors."""
     state = checkpoint["state_dict"]
     return {
@@ -129,7 +130,7 @@ def inspect_checkpoint(argv: Sequence[str]) -> int:
     return 0
 
 
-def check_weights_fit(model: torch.nn.Module, checkpoint: dict, path: Path) -> None:
+def check_weights_fit(model: torch.nn.Module, checkpoint: dict[str, Any], path: Path) -> None:
     """Stop with one paragraph when the checkpoint's weights do not load into `model`.
 
     Compares the names and shapes of the two state_dicts before Lightning loads the file,

@@ -15,13 +15,18 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from jsonargparse import Namespace
 from lightning.pytorch import LightningDataModule, LightningModule, Trainer
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
-from lightning.pytorch.cli import LightningArgumentParser, LightningCLI, SaveConfigCallback
+from lightning.pytorch.cli import (
+    ArgsType,
+    LightningArgumentParser,
+    LightningCLI,
+    SaveConfigCallback,
+)
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
@@ -113,7 +118,7 @@ class ProjectCLI(LightningCLI):
     _fresh_root: bool = False  # the run root is a new folder, claimed before instantiation
     _recorded: Path | None = None  # the run root whose command.txt records this command
 
-    def __init__(self, args: list[str] | None = None, **kwargs) -> None:
+    def __init__(self, args: list[str] | None = None, **kwargs: Any) -> None:
         started = time.monotonic()
         try:
             self._init(args, **kwargs)
@@ -122,7 +127,7 @@ class ProjectCLI(LightningCLI):
             if self._recorded is not None:
                 record_end(self._recorded, time.monotonic() - started, sys.exc_info()[0])
 
-    def _init(self, args: list[str] | None = None, **kwargs) -> None:
+    def _init(self, args: list[str] | None = None, **kwargs: Any) -> None:
         if not DEFAULT_CONFIG.is_file():
             raise Refusal(
                 f"the default config {DEFAULT_CONFIG} is missing. It holds the run's "
@@ -208,8 +213,13 @@ class ProjectCLI(LightningCLI):
             "(pt, or a table: csv, parquet); default: its `format` in the config.",
         )
 
-    def parse_arguments(self, parser: LightningArgumentParser, args) -> None:
-        words = [str(word) for word in (sys.argv[1:] if args is None else args)]
+    def parse_arguments(self, parser: LightningArgumentParser, args: ArgsType) -> None:
+        given = sys.argv[1:] if args is None else args
+        if not isinstance(given, list):  # LightningCLI also takes a dict or a Namespace
+            raise TypeError(
+                f"ProjectCLI takes its arguments as words, not a {type(given).__name__}"
+            )
+        words = [str(word) for word in given]
         self._words = words[1:]
         self.config = _parse_with_own_defaults(
             parser, _with_experiment(checked_config_words(words))
@@ -263,7 +273,7 @@ class ProjectCLI(LightningCLI):
         if self.config.subcommand == "fit" and config.get("ckpt_path"):
             continue_loggers(config.trainer.logger, project_path(config.ckpt_path))
 
-    def instantiate_trainer(self, **kwargs) -> Trainer:
+    def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         config = self.config_init[self.subcommand]
         # Lightning's own precision flag, resolved as it says (16-mixed on CPU: float16).
         kwargs.update(trainer_kwargs_for_accelerator({**config.trainer, **kwargs}))
@@ -295,7 +305,8 @@ class ProjectCLI(LightningCLI):
     def _config_yaml(self) -> str:
         """The resolved config of this command, as `--config` takes it back."""
         dump = self.parser.dump(self.config, skip_none=False, skip_link_targets=False)
-        return yaml.safe_dump(yaml.safe_load(dump)[self.subcommand], sort_keys=False)
+        text: str = yaml.safe_dump(yaml.safe_load(dump)[self.subcommand], sort_keys=False)
+        return text
 
     def before_fit(self) -> None:
         self._check_weights()
@@ -409,9 +420,9 @@ def _fresh_sections(config: Namespace) -> list[str]:
     return words
 
 
-def _is_example_class(section, class_path: str) -> bool:
+def _is_example_class(section: Any, class_path: str) -> bool:
     """Whether default.yaml's `section` names the class at `class_path` (however spelt), or none."""
-    named = section.get("class_path") if isinstance(section, dict) else section
+    named: str | None = section.get("class_path") if isinstance(section, dict) else section
     if not named:
         return True
     if "." not in named:  # a bare class name, which jsonargparse looks up among the subclasses
@@ -446,12 +457,12 @@ def _move_root(config: Namespace, old: str, new: Path) -> None:
             init_args.save_dir = str(new)
 
 
-def _listed(value) -> list:
+def _listed(value: Any) -> list[Any]:
     """A Trainer `callbacks` value (None, one callback or a list) as a list."""
     return [] if value is None else list(value) if isinstance(value, list) else [value]
 
 
-def _root_loggers(logger_config, root: Path) -> None:
+def _root_loggers(logger_config: Any, root: Path) -> None:
     """Point every configured logger whose `save_dir` is unset at the run root."""
     entries = logger_config if isinstance(logger_config, list) else [logger_config]
     for entry in entries:

@@ -17,9 +17,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from lightning.fabric.loggers.logger import rank_zero_experiment
 from lightning.pytorch import loggers
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
-from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.utilities import rank_zero_only
 
 from .private_apis import flat_hyperparameters
@@ -82,7 +82,8 @@ class MLFlowLogger(loggers.MLFlowLogger):
         **kwargs: Any,
     ) -> None:
         tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
-        if not tracking_uri and rank_zero_only.rank > 0:
+        # `rank` is set on the function by Lightning, which its overloads do not declare.
+        if not tracking_uri and rank_zero_only.rank > 0:  # type: ignore[attr-defined]
             # Lightning's logger opens its store when built, on every process; only rank 0
             # logs. Processes started together (torchrun, SLURM) that all open a new SQLite
             # file race to create its tables and fail: the others get a store in memory.

@@ -50,7 +50,7 @@ class MonitoredMetricCheck(L.Callback):
             return
         self._checked = True
         checkpoint = monitored_checkpoint(trainer)
-        if checkpoint is None:
+        if checkpoint is None or checkpoint.monitor is None:
             return
         logged = sorted(trainer.callback_metrics)
         if checkpoint.monitor not in logged:

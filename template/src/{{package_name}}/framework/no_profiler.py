@@ -25,5 +25,5 @@ class NoProfiler(PassThroughProfiler):
 
     # Lightning declares the generator context its `@contextmanager` builds; every caller
     # only enters and exits it (`with profiler.profile(name):`), which a nullcontext does.
-    def profile(self, action_name: str) -> AbstractContextManager:  # type: ignore[override]
+    def profile(self, action_name: str) -> AbstractContextManager[None]:  # type: ignore[override]
         return _NOTHING

@@ -20,13 +20,13 @@ class PredictionFormatError(Refusal):
     """Predictions that cannot be written in the chosen format: one paragraph, exit status 1."""
 
 
-def table_of(outputs: list[list[Any]], indices: list[list[Any]]) -> dict[str, list]:
+def table_of(outputs: list[list[Any]], indices: list[list[Any]]) -> dict[str, list[Any]]:
     """The columns of every dataloader's batch outputs (`outputs[loader][batch]`).
 
     `indices[loader][batch]` are the dataset indices of the batch's samples (empty when
     the loader has none, as an IterableDataset): they become the `index` column.
     """
-    table: dict[str, list] = {}
+    table: dict[str, list[Any]] = {}
     for loader, (batches, batch_indices) in enumerate(zip(outputs, indices, strict=True)):
         for number, output in enumerate(batches):
             columns = _columns(output)
@@ -49,7 +49,7 @@ def table_of(outputs: list[list[Any]], indices: list[list[Any]]) -> dict[str, li
     return table
 
 
-def write_table(parts: list[dict[str, list]], path: Path) -> None:
+def write_table(parts: list[dict[str, list[Any]]], path: Path) -> None:
     """Write the tables of every process as one, rows in dataset order when indexed."""
     table = {name: [value for part in parts for value in part[name]] for name in parts[0]}
     if "index" in table:
@@ -71,13 +71,13 @@ def write_table(parts: list[dict[str, list]], path: Path) -> None:
         writer.writerows(zip(*table.values(), strict=True))
 
 
-def _columns(output: Any) -> dict[str, list]:
+def _columns(output: Any) -> dict[str, list[Any]]:
     """One batch's output as named columns of plain values, one per sample."""
     if isinstance(output, torch.Tensor):
         return _tensor_columns("prediction", output)
     if not isinstance(output, dict) or not output:
         _refuse(f"predict_step returned a {type(output).__name__}")
-    columns: dict[str, list] = {}
+    columns: dict[str, list[Any]] = {}
     for key in sorted(output, key=lambda name: name != "id"):  # `id` first
         value = output[key]
         if isinstance(value, torch.Tensor):
@@ -89,7 +89,7 @@ def _columns(output: Any) -> dict[str, list]:
     return columns
 
 
-def _tensor_columns(name: str, values: torch.Tensor) -> dict[str, list]:
+def _tensor_columns(name: str, values: torch.Tensor) -> dict[str, list[Any]]:
     """`(N,)` -> the column `name`; `(N, K)` -> the columns `name_0` ... `name_{K-1}`."""
     if values.dim() == 1:
         return {name: values.tolist()}

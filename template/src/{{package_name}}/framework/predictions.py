@@ -88,7 +88,7 @@ class PredictionWriter(BasePredictionWriter):
         if trainer.predict_loop.num_dataloaders == 1:
             predictions = [predictions]  # batch_indices are per dataloader in any case
         try:
-            part: dict[str, list] | str = table_of(predictions, batch_indices)
+            part: dict[str, list[Any]] | str = table_of(predictions, batch_indices)
         except PredictionFormatError as error:
             part = error.message
         parts: list[Any] = [part]
@@ -109,7 +109,7 @@ class PredictionWriter(BasePredictionWriter):
         return Path(self.output_dir or RunLayout(trainer.default_root_dir).predictions)
 
 
-def _concat(outputs: list) -> Any:
+def _concat(outputs: list[Any]) -> Any:
     """Concatenate per-batch outputs of the same structure along the batch dimension."""
     first = outputs[0]
     if isinstance(first, torch.Tensor):

@@ -102,12 +102,12 @@ def skips_on_found_inf(optimizer: torch.optim.Optimizer) -> bool:
     return bool(getattr(optimizer, "_step_supports_amp_scaling", False))
 
 
-def flat_hyperparameters(params: Any) -> dict:
+def flat_hyperparameters(params: Any) -> dict[str, Any]:
     """Hyperparameters (a dict or Namespace, nested) as the flat names MLflow receives."""
     return _flatten_dict(_convert_params(params))
 
 
-def nested_schedulers(scheduler: object) -> list:
+def nested_schedulers(scheduler: object) -> list[torch.optim.lr_scheduler.LRScheduler]:
     """The child schedulers of a SequentialLR or ChainedScheduler; [] for any other."""
     return list(getattr(scheduler, "_schedulers", []))
 
@@ -135,13 +135,15 @@ def stop_recording_cuda_allocations() -> None:
 
 def dump_cuda_allocations(path: str) -> None:
     """Write the recorded allocations where https://pytorch.org/memory_viz opens them."""
-    torch.cuda.memory._dump_snapshot(path)
+    # torch leaves `_dump_snapshot` unannotated.
+    torch.cuda.memory._dump_snapshot(path)  # type: ignore[no-untyped-call]
 
 
 def dynamo_supports_this_python() -> bool:
-    import torch._dynamo  # seconds to import: only when a compile callback is configured
+    # Seconds to import: only when a compile callback is configured.
+    from torch._dynamo.eval_frame import is_dynamo_supported
 
-    return bool(torch._dynamo.is_dynamo_supported())
+    return is_dynamo_supported()
 
 
 def known_compile_modes() -> frozenset[str]:

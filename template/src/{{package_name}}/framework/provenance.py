@@ -123,7 +123,8 @@ def _dataset_fingerprint(trainer: L.Trainer) -> dict[str, Any] | None:
     # `datamodule` is set by Lightning's data connector; Trainer does not declare it.
     fingerprint = getattr(trainer.datamodule, "fingerprint", None)  # type: ignore[attr-defined]
     if callable(fingerprint):
-        return fingerprint()
+        facts: dict[str, Any] | None = fingerprint()
+        return facts
     _warn_once(
         "CheckpointProvenance: the DataModule has no `fingerprint()` method, so checkpoints "
         "do not record which data they were trained on. Add one that returns a dict (e.g. a "

@@ -44,7 +44,8 @@ class ProjectTrainer(Trainer):
     def estimated_stepping_batches(self) -> int | float:
         steps = super().estimated_stepping_batches
         if math.isinf(steps) or steps < 0:
-            module = type(self.lightning_module).__name__ if self.lightning_module else "the module"
+            attached = self.strategy.lightning_module  # Trainer's own property hides the None
+            module = type(attached).__name__ if attached is not None else "the module"
             why = (
                 "--trainer.max_epochs -1 and --trainer.max_steps -1: it trains until stopped"
                 if math.isinf(steps)

@@ -157,7 +157,8 @@ class RunRecord:
         git = self.provenance.get("git") or {}
         if not git.get("available"):
             return "n/a"
-        return git["commit"][:8] + ("+dirty" if git.get("dirty") else "")
+        commit: str = git["commit"]
+        return commit[:8] + ("+dirty" if git.get("dirty") else "")
 
     def scores(self, monitor: str) -> tuple[float | None, float | None]:
         """(best, final) of `monitor`: from the CSV metrics, else the checkpoint's record."""

@@ -74,7 +74,7 @@ def named_in(config: Any) -> set[str]:
 
 
 def refuse_untrusted(
-    checkpoint: dict,
+    checkpoint: dict[str, Any],
     path: Path,
     named: Iterable[str],
     how_to_trust: str,

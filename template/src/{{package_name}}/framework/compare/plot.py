@@ -11,10 +11,16 @@ seeds show their mean with a bar of one standard deviation. matplotlib draws wit
 Agg backend: no display needed.
 """
 
+from __future__ import annotations  # matplotlib's types, imported only for the checker
+
 import statistics
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .table import Row, differing_keys
+
+if TYPE_CHECKING:  # matplotlib is optional (the sweep extra): imported when drawing
+    from matplotlib.axes import Axes
 
 COLUMNS = 3
 
@@ -72,7 +78,7 @@ def write_plot(
     return notes
 
 
-def _curves(axis, table: list[Row], monitor: str | None, mode: str) -> list[str]:
+def _curves(axis: Axes, table: list[Row], monitor: str | None, mode: str) -> list[str]:
     notes = []
     colors = _colors(len(table))
     for row, color in zip(table, colors, strict=True):
@@ -103,7 +109,7 @@ def _curves(axis, table: list[Row], monitor: str | None, mode: str) -> list[str]
 
 
 def _against(
-    axis, table: list[Row], key: str, monitor: str | None, mode: str, log: bool | None
+    axis: Axes, table: list[Row], key: str, monitor: str | None, mode: str, log: bool | None
 ) -> None:
     rows = [row for row in table if row.best and key in row.config]
     texts = [row.config[key] for row in rows]
@@ -144,7 +150,7 @@ def _number(text: str) -> float | None:
         return None
 
 
-def _colors(count: int) -> list:
+def _colors(count: int) -> list[tuple[float, float, float, float]]:
     import matplotlib
 
     cmap = matplotlib.colormaps["tab10" if count <= 10 else "viridis"]

@@ -91,7 +91,7 @@ def rows(records: list[RunRecord], base: Path) -> tuple[list[Row], str | None, s
     """(rows, monitored metric, mode): runs grouped by config except their seed."""
     monitors = {run.monitor for run in records if run.monitor[0]}
     monitor, mode = sorted(monitors)[0] if monitors else (None, "min")
-    groups: dict[tuple, list[RunRecord]] = {}
+    groups: dict[tuple[tuple[str, Any], ...], list[RunRecord]] = {}
     configs = {}
     for run in records:
         config = flat_config(run)

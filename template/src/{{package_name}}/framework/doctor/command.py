@@ -19,6 +19,8 @@ stopped it; exits 1 when a trial fails. Each costs a process start, the data's s
 with a compile preset, the compile (seconds to minutes).
 """
 
+from __future__ import annotations  # LightningCLI's types, imported only for the checker
+
 import dataclasses
 import functools
 import importlib.util
@@ -26,6 +28,7 @@ import os
 import warnings
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..paths import PROJECT_ROOT
 from ..refusal import Refusal
@@ -34,6 +37,9 @@ from .context import Context, probe_machine
 from .registry import CHECKS, FAIL, PASS, WARN, Check, Result
 from .trial import STEPS, trials, try_fit
 
+if TYPE_CHECKING:  # jsonargparse takes a while to import; doctor --static does without
+    from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
+
 PACKAGE = __package__.split(".")[0]
 USAGE = __doc__.replace("<package>", PACKAGE)
 
@@ -41,13 +47,13 @@ USAGE = __doc__.replace("<package>", PACKAGE)
 class _Resolved(Exception):
     """Carries the parsed config (and the CLI that parsed it) out of LightningCLI."""
 
-    def __init__(self, cli) -> None:
+    def __init__(self, cli: LightningCLI) -> None:
         super().__init__("config resolved")
         self.cli = cli
-        self.config = cli.config.fit.as_dict()
+        self.config: dict[str, Any] = cli.config.fit.as_dict()
 
 
-def resolve_config(args: Sequence[str]) -> dict:
+def resolve_config(args: Sequence[str]) -> dict[str, Any]:
     """The `fit` config these flags give, exactly as `fit` parses it, as plain data.
 
     LightningCLI has no parse-only mode for its subcommands: the parse hook hands the
@@ -64,16 +70,16 @@ def resolve_config(args: Sequence[str]) -> dict:
 
 
 @functools.cache
-def _parse_only_cli():
+def _parse_only_cli() -> LightningCLI:
     """The project's CLI with a parse hook that raises, built once per process.
 
     Building LightningCLI's parsers costs about as much as a parse: a test that resolves
     every pair of presets reuses them.
     """
-    from ..cli import ProjectCLI
+    from ..lightning_cli import ProjectCLI
 
     class ParseOnly(ProjectCLI):
-        def parse_arguments(self, parser, args) -> None:
+        def parse_arguments(self, parser: LightningArgumentParser, args: ArgsType) -> None:
             super().parse_arguments(parser, args)
             raise _Resolved(self)
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 from ..hardware import Hardware, Plan, probe, resolve
 from ..private_apis import dynamo_supports_this_python, known_compile_modes
@@ -64,7 +65,9 @@ def _usable_cpus() -> int:
 
 def _cxx() -> str | None:
     """The compiler inductor picks: $CXX, else the platform's usual names."""
-    usual = ("cl",) if platform.system() == "Windows" else ("g++", "clang++", "c++")
+    usual: tuple[str, ...] = (
+        ("cl",) if platform.system() == "Windows" else ("g++", "clang++", "c++")
+    )
     for name in (os.environ.get("CXX"), *usual):
         if name and (found := shutil.which(name)):
             return found
@@ -75,7 +78,7 @@ def _cxx() -> str | None:
 class Context:
     """Everything one doctor run reads."""
 
-    config: dict  # the resolved `fit` config as plain data (class_path / init_args dicts)
+    config: dict[str, Any]  # the resolved `fit` config as plain data (class_path / init_args dicts)
     machine: Machine | None  # None in static mode
     env: Mapping[str, str]
     root: Path  # the project root: sources are scanned and git is asked here
@@ -83,7 +86,7 @@ class Context:
     provenance_class: str | None = None  # the project's checkpoint provenance callback, if any
 
     @property
-    def trainer(self) -> dict:
+    def trainer(self) -> dict[str, Any]:
         return self.config.get("trainer") or {}
 
     @cached_property
@@ -93,25 +96,25 @@ class Context:
         return resolve(self.trainer, self.machine)
 
     @property
-    def data_args(self) -> dict | None:
+    def data_args(self) -> dict[str, Any] | None:
         """init_args of the data module, or None when the config names no class."""
         data = self.config.get("data")
         return (data.get("init_args") or {}) if isinstance(data, dict) else None
 
-    def entries(self, key: str) -> list[dict]:
+    def entries(self, key: str) -> list[dict[str, Any]]:
         """`trainer.callbacks` / `trainer.plugins` as a list of class_path entries."""
         value = self.trainer.get(key) or []
         value = value if isinstance(value, list) else [value]
         return [entry for entry in value if isinstance(entry, dict) and "class_path" in entry]
 
-    def callbacks_named(self, class_name: str) -> list[dict]:
+    def callbacks_named(self, class_name: str) -> list[dict[str, Any]]:
         """The callback entries whose class is called `class_name` (from any module)."""
         return [e for e in self.entries("callbacks") if class_of(e) == class_name]
 
 
-def class_of(entry: dict) -> str:
+def class_of(entry: dict[str, Any]) -> str:
     return str(entry["class_path"]).rsplit(".", 1)[-1]
 
 
-def init_args(entry: dict | None) -> dict:
+def init_args(entry: dict[str, Any] | None) -> dict[str, Any]:
     return (entry or {}).get("init_args") or {}

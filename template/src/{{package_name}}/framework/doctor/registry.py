@@ -45,7 +45,9 @@ class Check:
 CHECKS: dict[str, Check] = {}
 
 
-def check(check_id: str, name: str, *, static: bool = False) -> Callable:
+def check(
+    check_id: str, name: str, *, static: bool = False
+) -> Callable[[Callable[..., Result]], Callable[..., Result]]:
     """Register `fn(context) -> Result` under a stable ID."""
 
     def register(fn: Callable[..., Result]) -> Callable[..., Result]:

@@ -146,7 +146,7 @@ def no_host_sync_in_training_step(context: Context) -> Result:
     )
 
 
-def _git(root: Path, *args: str) -> subprocess.CompletedProcess:
+def _git(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """`git -C root ARGS`; without git, exit status 127 (a shell's "command not found")."""
     command = ["git", "-C", str(root), *args]
     try:

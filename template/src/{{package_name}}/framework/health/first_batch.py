@@ -2,7 +2,7 @@
 """Check the first training batch before the first update: shapes, finiteness, labels."""
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import lightning as L
@@ -93,7 +93,7 @@ class FirstBatchCheck(Callback):
             _log_grid(trainer, image_grid(images[: self.max_images]))
 
 
-def _named_tensors(batch: Any, name: str):
+def _named_tensors(batch: Any, name: str) -> Iterator[tuple[str, torch.Tensor]]:
     if isinstance(batch, torch.Tensor):
         yield name, batch
     elif isinstance(batch, Mapping):

@@ -219,7 +219,7 @@ class NonFiniteGuard(Callback):
             for param in _params(optimizer):
                 param.grad = None
         elif skips_on_found_inf(optimizer):
-            optimizer.found_inf = self._bad.float()  # read by the fused kernels; removed after
+            vars(optimizer)["found_inf"] = self._bad.float()  # read by fused kernels; popped after
         else:
             self._zeroed = True
             for param in _params(optimizer):
@@ -234,7 +234,7 @@ class NonFiniteGuard(Callback):
         if self._scaler is None:
             vars(optimizer).pop("found_inf", None)
         self._worst = self._largest_magnitude()
-        if self._worst is not None:
+        if self._worst is not None and self._broken is not None:
             self._broken |= ~torch.isfinite(self._worst)
 
     def _check(self, worst: torch.Tensor | float | None) -> _Check:
@@ -326,7 +326,7 @@ class NonFiniteGuard(Callback):
     # --- reading the flags --------------------------------------------------------------
 
     def _stop_if_bad(self, trainer: L.Trainer) -> None:
-        flag = self._bad if self.keep_copy else self._bad | self._broken
+        flag = self._bad if self.keep_copy or self._broken is None else self._bad | self._broken
         if not trainer.strategy.reduce_boolean_decision(bool(flag), all=False):
             self._checks.clear()
             if self.keep_copy:

@@ -37,7 +37,7 @@ class Group:
         return torch.cat([t.reshape(-1) for t in self.tensors])
 
     def write(self, flat: torch.Tensor) -> None:
-        pieces = list(flat.split(self.sizes))
+        pieces = list(torch.split(flat, self.sizes))
         if self.contiguous:
             copy_each(self.views, pieces)
         else:
@@ -45,7 +45,7 @@ class Group:
                 tensor.copy_(piece.view(tensor.shape))
 
     def pieces(self, flat: torch.Tensor) -> dict[int, torch.Tensor]:
-        return dict(zip(self.keys, flat.split(self.sizes), strict=True))
+        return dict(zip(self.keys, torch.split(flat, self.sizes), strict=True))
 
 
 class GuardedState:

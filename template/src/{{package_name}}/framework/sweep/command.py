@@ -8,7 +8,7 @@ on a rerun, that the journal is intact and the spec still describes the sweep in
 
 import argparse
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import redirect_stderr
 from pathlib import Path
 from typing import Any
@@ -175,14 +175,14 @@ def _fit_error(stderr: str) -> str:
     return "\n".join("  " + line for line in lines[starts[-1] if starts else 0 :])
 
 
-def _printer():
+def _printer() -> Callable[[str], None]:
     def say(message: str) -> None:
         print(f"[sweep] {message}", flush=True)
 
     return say
 
 
-def _summary(sweep: Any, target: int, say) -> int:
+def _summary(sweep: Any, target: int, say: Callable[[str], None]) -> int:
     import optuna
 
     study = sweep.study(sampling=False)

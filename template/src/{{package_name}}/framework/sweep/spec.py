@@ -72,7 +72,7 @@ class Param:
     high: float = 0.0
     log: bool = False
     step: float | None = None
-    choices: tuple = ()
+    choices: tuple[Any, ...] = ()
     as_json: bool = False  # categorical choices kept as JSON text (see the module's doc)
 
     def distribution(self) -> Any:
@@ -359,7 +359,7 @@ def _build(
         ) from None
 
 
-def _grid(spec: SweepSpec) -> dict[str, list]:
+def _grid(spec: SweepSpec) -> dict[str, list[Any]]:
     numeric = [key for key, param in spec.space.items() if param.kind != "categorical"]
     if numeric:
         raise SpecError(

@@ -191,6 +191,6 @@ def _check_replay(journal: Path) -> None:
 
 def trial_id(storage: Any, study_name: str, number: int) -> int:
     """The storage's id of trial `number` (Optuna's public storage API speaks in ids)."""
-    return storage.get_trial_id_from_study_id_trial_number(
-        storage.get_study_id_from_name(study_name), number
-    )
+    study_id = storage.get_study_id_from_name(study_name)
+    tid: int = storage.get_trial_id_from_study_id_trial_number(study_id, number)
+    return tid

@@ -54,7 +54,8 @@ def ask_trial(sweep: Sweep, study: Any) -> int:
     trial.set_user_attr(
         "overrides", {key: sweep.spec.space[key].decode(v) for key, v in trial.params.items()}
     )
-    return trial.number
+    number: int = trial.number
+    return number
 
 
 class TrialJob(Checkpointable):
@@ -70,7 +71,7 @@ class TrialJob(Checkpointable):
         self.env: dict[str, str] = {}  # added to the fit's environment (a GPU per slot)
         self.stop = threading.Event()  # set: the sweep is stopping, leave the trial RUNNING
         self.say: Callable[[str], None] = print
-        self._process: subprocess.Popen | None = None
+        self._process: subprocess.Popen[bytes] | None = None
         self._on_slurm = False
 
     def __getstate__(self) -> dict[str, Any]:
@@ -158,7 +159,9 @@ class TrialJob(Checkpointable):
         study.tell(self.number, state=optuna.trial.TrialState.FAIL)
         return FAILED
 
-    def _fit(self, storage: Any, tid: int, params: dict, seed: int | None, prune: bool) -> str:
+    def _fit(
+        self, storage: Any, tid: int, params: dict[str, Any], seed: int | None, prune: bool
+    ) -> str:
         root = self.sweep.trial_root(self.number, seed)
         resume = RunLayout(root).last.is_file()
         command = [

@@ -115,4 +115,4 @@ def _rate(measurement: Measurement) -> float:
 
 
 def _value(measurement: Measurement) -> int:
-    return measurement.value
+    return int(measurement.value)

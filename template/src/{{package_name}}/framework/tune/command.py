@@ -27,14 +27,15 @@ import itertools
 import sys
 import tempfile
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import lightning as L
 import yaml
+from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import BatchSizeFinder
-from lightning.pytorch.utilities.exceptions import MisconfigurationException
 
 from ..health import DataWaitMonitor
 from ..paths import PROJECT_ROOT, project_path
@@ -44,6 +45,7 @@ from .measure import Measurement, callback, fit, percent, timed
 HEADER = "# Written by `tune`"  # a file starting otherwise is not tune's to overwrite
 WIDTH = 92  # characters per comment line in the config written
 UNREADABLE = (OSError, UnicodeDecodeError)  # an --output tune cannot have written
+Entry = tuple[tuple[str, ...], Any, list[str]]  # a config value: key path, value, comments
 
 _QUIET = [
     "--trainer.devices=1",  # one device: the batch size found is the per-device one
@@ -133,7 +135,7 @@ def _tune(args: argparse.Namespace, options: list[str], scratch: Path) -> int:
     roots = (scratch / f"fit-{n}" for n in itertools.count())
     output = project_path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    entries: list[tuple[tuple[str, ...], Any, list[str]]] = []  # (key path, value, comments)
+    entries: list[Entry] = []
 
     size, facts, options = _batch_size(args, options, roots, entries)
     device = facts.device
@@ -213,7 +215,9 @@ def _facts(cli: Any) -> RunFacts:
     )
 
 
-def _batch_size(args, options, roots, entries) -> tuple[list[Measurement], RunFacts, list[str]]:
+def _batch_size(
+    args: argparse.Namespace, options: list[str], roots: Iterator[Path], entries: list[Entry]
+) -> tuple[list[Measurement], RunFacts, list[str]]:
     """Time the candidate sizes; record the choice; return the options that carry it on."""
     smallest = args.min_batch_size
     _say(f"1: batch size {smallest} ({args.steps} batches)")
@@ -253,7 +257,7 @@ def _batch_size(args, options, roots, entries) -> tuple[list[Measurement], RunFa
     return measured, facts, [*options, f"--data.batch_size={chosen.value}"]
 
 
-def _train_samples(trainer) -> int | None:
+def _train_samples(trainer: L.Trainer) -> int | None:
     """The training set's length, when its loader's dataset has one."""
     dataset = getattr(trainer.train_dataloader, "dataset", None)
     try:
@@ -262,7 +266,9 @@ def _train_samples(trainer) -> int | None:
         return None
 
 
-def _learning_rate(args, options, root: Path, output: Path) -> list:
+def _learning_rate(
+    args: argparse.Namespace, options: list[str], root: Path, output: Path
+) -> list[Entry]:
     """Lightning's lr finder at the chosen settings: the config entry, the plot beside it."""
     _say(f"4: learning rate ({args.lr_steps} steps from {args.min_lr:g} to {args.max_lr:g})")
     search = {
@@ -326,7 +332,7 @@ def _table(device: str, rows: list[tuple[str, Measurement]]) -> str:
     return "\n".join(lines)
 
 
-def commented_yaml(entries: list[tuple[tuple[str, ...], Any, list[str]]]) -> str:
+def commented_yaml(entries: list[Entry]) -> str:
     """Nested keys, each value with its comment lines above it; entries sharing a parent
     must be adjacent. (PyYAML writes no comments.)"""
     lines: list[str] = []

@@ -68,7 +68,7 @@ def config_key(model_config: Any) -> tuple[str, ...] | None:
     `OptimizerCallable`), else an `lr` or `learning_rate` init argument of the module.
     """
     init_args = model_config.get("init_args") or {}
-    optimizer = init_args.get("optimizer")
+    optimizer: Any = init_args.get("optimizer")
     if hasattr(optimizer, "get") and "lr" in (optimizer.get("init_args") or {}):
         return ("model", "init_args", "optimizer", "init_args", "lr")
     for name in ("lr", "learning_rate"):
@@ -97,10 +97,12 @@ def save_plot(search: LearningRateSearch, path: Path, index: int) -> bool:
         return False
     import matplotlib.pyplot as plt
 
-    results = search.optimal_lr.results
+    finder = search.optimal_lr
+    assert finder is not None, "the plot is drawn after the search"
+    results = finder.results
     lr, loss = results["lr"][index], results["loss"][index]
-    figure = search.optimal_lr.plot(suggest=False)
-    axes = figure.axes[0]
+    figure, axes = plt.subplots()
+    finder.plot(suggest=False, ax=axes)
     # Left of the dotted line the curve mostly shows the running average warming up from 0
     # (Lightning's smoothing), not the loss; the suggestion is searched right of it.
     axes.axvline(results["lr"][SKIP[0]], color="gray", linestyle=":")

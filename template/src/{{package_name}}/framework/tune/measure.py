@@ -19,6 +19,7 @@ from typing import Any
 import lightning as L
 import torch
 
+from ..lightning_cli import ProjectCLI
 from ..throughput import batch_size
 
 WARMUP = 2  # batches not timed: first-batch checks, allocator warm-up, compilation
@@ -55,7 +56,14 @@ class StepTimer(L.Callback):
     def on_train_batch_start(self, *_: Any) -> None:
         self._start = time.perf_counter()
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
         if trainer.strategy.root_device.type == "cuda":
             torch.cuda.synchronize(trainer.strategy.root_device)
         now = time.perf_counter()
@@ -112,14 +120,12 @@ class Measurement:
     memory: float | None
 
 
-def fit(options: list[str], root: Path, *callbacks: dict) -> Any:
+def fit(options: list[str], root: Path, *callbacks: dict[str, Any]) -> Any:
     """One short `fit` with extra callbacks (class_path specs), as the command line gives it.
 
     Returns the CLI (its trainer, model, datamodule and resolved config). Each measurement
     is a new run, so each gets a root of its own (run_root.py).
     """
-    from ..cli import ProjectCLI  # cli.py imports the tune command
-
     gc.collect()  # the previous measurement's model and batches, before this one's peak
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
