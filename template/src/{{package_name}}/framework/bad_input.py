@@ -57,7 +57,7 @@ def check_data_arguments(data_config: Any) -> None:
     if _is_int(batch_size) and batch_size < 1:
         raise Refusal(
             f"--data.batch_size {batch_size}: a batch holds at least one sample. Set "
-            "it to 1 or more (the example's default is 64)."
+            "it to 1 or more."
         )
     workers = init_args.get("num_workers")
     if _is_int(workers):

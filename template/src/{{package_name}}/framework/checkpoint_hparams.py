@@ -257,8 +257,8 @@ class CheckpointHparams:
             return
         rank_zero_warn(
             f"fit --ckpt_path {self.path}: the run's length changed ({', '.join(changed)}). "
-            "A learning-rate schedule made for the run's length (the example's warmup and "
-            "cosine decay, a `T_max` or `total_steps`) does not stretch on a resume: it "
+            "A learning-rate schedule made for the run's length (warmup then cosine decay, "
+            "a `T_max` or `total_steps`) does not stretch on a resume: it "
             "continues from its saved state, so the rate jumps, or rises again past the old "
             "end. To train longer on a schedule made for the new length, start a new run "
             f"from these weights: `fit --init_from {self.path}` with the new length (a new "
