@@ -77,6 +77,18 @@ class RunConfigSaver(SaveConfigCallback):
         super().setup(trainer, pl_module, stage)
 
 
+class ErrorOnlyParser(LightningArgumentParser):
+    """LightningCLI's parser, whose error is the error and the `--help` tip, no usage first.
+
+    jsonargparse prints the whole usage of the command (some 70 lines for `fit`) before
+    "error: unrecognized arguments: --trainer.max_epoch 3"; the error then scrolls out of
+    sight. `--help` still prints the usage with the help.
+    """
+
+    def print_usage(self, file: object = None) -> None:
+        return  # jsonargparse calls it only on an error (argparse's help prints its own)
+
+
 class ProjectCLI(LightningCLI):
     """LightningCLI in subclass mode with the project's run layout.
 
@@ -139,6 +151,7 @@ class ProjectCLI(LightningCLI):
         # No abbreviations: `--trainer.max_epoch` must be an error, not max_epochs.
         defaults = {"default_config_files": [str(DEFAULT_CONFIG)], "allow_abbrev": False}
         kwargs.setdefault("trainer_class", ProjectTrainer)  # a run without length: run_length.py
+        kwargs.setdefault("parser_class", ErrorOnlyParser)
         super().__init__(
             model_class=LightningModule,
             datamodule_class=LightningDataModule,
