@@ -65,20 +65,24 @@ def flat_config(record: RunRecord) -> dict[str, str]:
     def visit(prefix: str, value: Any) -> None:
         if isinstance(value, dict) and "class_path" in value:
             flat[prefix] = str(value["class_path"])
-            visit(prefix, value.get("init_args") or {})
+            # An argument left at None is no setting; keeps a strategy's unset options out.
+            arguments = value.get("init_args") or {}
+            visit(prefix, {key: inner for key, inner in arguments.items() if inner is not None})
         elif isinstance(value, dict):
             for key, inner in value.items():
                 visit(f"{prefix}.{key}" if prefix else str(key), inner)
+        elif _is_class_list(value):
+            # Callbacks, loggers, plugins: a key per class (`trainer.callbacks[TorchCompile]`),
+            # so a run that adds one shows that one column, not the whole list as JSON.
+            seen: dict[str, int] = {}
+            for item in value:
+                if str(item["class_path"]).endswith(SWEEP_CALLBACK):
+                    continue
+                name = str(item["class_path"]).rsplit(".", 1)[-1]
+                seen[name] = seen.get(name, 0) + 1
+                label = name if seen[name] == 1 else f"{name}#{seen[name]}"
+                visit(f"{prefix}[{label}]", item)
         else:
-            if isinstance(value, list):
-                value = [
-                    item
-                    for item in value
-                    if not (
-                        isinstance(item, dict)
-                        and str(item.get("class_path", "")).endswith(SWEEP_CALLBACK)
-                    )
-                ]
             text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
             if prefix not in NOT_SETTINGS and root not in text:
                 flat[prefix] = text
@@ -241,3 +245,11 @@ def _short(text: str) -> str:
     except ValueError:
         return text
     return text if number.is_integer() and "e" not in text.lower() else f"{number:.4g}"
+
+
+def _is_class_list(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(item, dict) and "class_path" in item for item in value)
+    )
