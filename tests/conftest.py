@@ -108,3 +108,15 @@ def assert_project_tests_pass(project: Path, *pytest_args: str) -> str:
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     assert " passed" in result.stdout.splitlines()[-1]
     return result.stdout
+
+
+def project_command(project: Path, package: str, *args: str) -> subprocess.CompletedProcess:
+    """`python -m <package> ARGS` in a generated project, as its user runs it (wandb offline)."""
+    return subprocess.run(
+        [sys.executable, "-m", package, *args],
+        cwd=project,
+        env={**os.environ, "WANDB_MODE": "offline"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )

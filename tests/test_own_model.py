@@ -8,17 +8,15 @@ command its README shows. Nothing of the framework is edited.
 """
 
 import csv
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
 
-from conftest import assert_project_tests_pass, render
+from conftest import assert_project_tests_pass, project_command, render
 from scaffold import git, install_editable, uninstall
 
 OWN = Path(__file__).parent / "own_project"
@@ -70,14 +68,7 @@ def project(template, tmp_path_factory):
 
 
 def command(project: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", PACKAGE, *args],
-        cwd=project,
-        env={**os.environ, "WANDB_MODE": "offline"},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    return project_command(project, PACKAGE, *args)
 
 
 def ok(result: subprocess.CompletedProcess) -> str:

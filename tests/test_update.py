@@ -16,7 +16,7 @@ import jinja2
 import pytest
 import yaml
 
-from conftest import REPO, assert_project_tests_pass
+from conftest import REPO, assert_project_tests_pass, project_command
 from scaffold import git, install_editable, package_name, snapshot_template, uninstall
 
 HEADER = "# Managed by the template; local edits are merged on update."
@@ -578,14 +578,7 @@ def test_an_updated_projects_runs_default_resumes_and_compares_as_experiment_def
     short += ["--trainer.enable_progress_bar=false"]
 
     def run(*args: str) -> str:
-        result = subprocess.run(
-            [sys.executable, "-m", PACKAGE, *args],
-            cwd=project,
-            env={**os.environ, "WANDB_MODE": "offline"},
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        result = project_command(project, PACKAGE, *args)
         assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
         return result.stdout + result.stderr
 
