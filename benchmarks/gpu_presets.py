@@ -58,7 +58,7 @@ class StepTimer(L.Callback):
         samples_per_s = steps * self.batch_size / seconds
         # The project's own meter measured the FLOPs per sample once, before compile/sharding.
         package = type(pl_module).__module__.split(".")[0]
-        throughput = importlib.import_module(f"{package}.framework.throughput")
+        throughput = importlib.import_module(f"{package}.framework.callbacks.throughput")
         meter = next(c for c in trainer.callbacks if isinstance(c, throughput.TrainingThroughput))
         dtype = throughput.compute_dtype(str(trainer.precision))
         peak = get_available_flops(trainer.strategy.root_device, dtype)

@@ -72,7 +72,7 @@ def main() -> None:
         def instantiate_trainer(self, **kwargs):
             trainer = super().instantiate_trainer(**kwargs)
             for callback in trainer.callbacks:
-                if type(callback).__module__.startswith(f"{package}.framework.health"):
+                if type(callback).__module__.startswith(f"{package}.framework.callbacks.health"):
                     clock(callback, spent)
             trainer.callbacks.append(loop)
             return trainer

@@ -60,7 +60,7 @@ def main() -> None:
     package = next(p.name for p in (project / "src").iterdir() if (p / "cli.py").is_file())
     sys.path.insert(0, str(project / "src"))
     cli = importlib.import_module(f"{package}.framework.cli")
-    health = f"{package}.framework.health"
+    health = f"{package}.framework.callbacks.health"
 
     loop = LoopTimer()
 

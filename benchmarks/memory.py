@@ -102,7 +102,7 @@ def child(variant: str, package: str, root: Path, args: argparse.Namespace) -> i
         ).fit(model, datamodule=data)
     else:
         cli_module = __import__(f"{package}.framework.cli", fromlist=["ProjectCLI"])
-        guard_class = __import__(f"{package}.framework.health", fromlist=["NonFiniteGuard"])
+        guard_class = __import__(f"{package}.framework.callbacks.health", fromlist=["NonFiniteGuard"])
 
         class MeasuredCLI(cli_module.ProjectCLI):
             def instantiate_trainer(self, **kwargs):

@@ -20,7 +20,7 @@ from pathlib import Path
 from scaffold import copier_command, git, snapshot_template
 
 # The v0.2.0 change: a line appended to a file the template owns.
-CHANGED_FILE = "template/src/{{package_name}}/framework/paths.py"
+CHANGED_FILE = "template/src/{{package_name}}/framework/platform/paths.py"
 CHANGE = "# Changed in v0.2.0 (render benchmark).\n"
 
 
@@ -60,7 +60,7 @@ def measure(workdir: Path, repeats: int) -> int:
         shutil.copytree(base, project, symlinks=True)
         update = copier_command("update", "--quiet", "--defaults", "--trust")
         update_times.append(seconds(update, cwd=project))
-        updated = next((project / "src").glob("*/framework/paths.py")).read_text()
+        updated = next((project / "src").glob("*/framework/platform/paths.py")).read_text()
         if not updated.endswith(CHANGE):
             sys.exit(f"error: copier update did not bring the v0.2.0 change into {project}")
 

@@ -17,6 +17,12 @@ framework-imports (stage "after", v0.2.0): the framework moved from src/PACKAGE/
 src/PACKAGE/framework/. The update deletes the old flat modules but never touches the
 user's own files, whose imports of them then fail. This step rewrites what it can rewrite
 exactly and lists the rest, file and line, with what to do by hand (CHANGELOG.md, v0.2.0).
+
+    python migrations.py framework-rooms PACKAGE
+
+framework-rooms (stage "after", v0.2.0): the framework's modules moved into rooms
+(`framework.health` -> `framework.callbacks.health`). It rewrites those references in the
+user's own files and configs/; old paths keep importing either way.
 """
 
 import argparse
@@ -89,18 +95,28 @@ def public_api(framework: Path) -> dict[str, str]:
     raise LookupError(f"no PUBLIC map in {framework / '__init__.py'}")
 
 
-def moved_modules(package_dir: Path) -> set[str]:
-    """Modules and subpackages of framework/ that no longer exist at the package's top.
+def moved_modules(package_dir: Path) -> dict[str, str]:
+    """Modules and subpackages of framework/ that no longer exist at the package's top,
+    each with where it is now under framework/ (`loaders` -> `platform.loaders`).
 
     Only imports of these are stale: a user module of the same name next to model.py (one
-    the update did not delete) still imports as before and is left alone.
+    the update did not delete) still imports as before and is left alone. Since v0.2.0 the
+    framework's modules sit in rooms (framework/run/, callbacks/, ...): the shallowest
+    module of a name is the one meant.
     """
     framework = package_dir / "framework"
-    found = {path.stem for path in framework.glob("*.py")} - {"__init__"}
-    found |= {path.parent.name for path in framework.glob("*/__init__.py")}
+    found: dict[str, str] = {}
+    modules = [
+        path.with_suffix("") for path in framework.rglob("*.py") if path.name != "__init__.py"
+    ]
+    packages = [path.parent for path in framework.rglob("*/__init__.py")]
+    for path in sorted([*modules, *packages], key=lambda path: len(path.parts)):
+        location = path.relative_to(framework).parts
+        if len(location) <= 2:
+            found.setdefault(location[-1], ".".join(location))
     return {
-        name
-        for name in found
+        name: location
+        for name, location in found.items()
         if not (package_dir / f"{name}.py").exists()
         and not (package_dir / name / "__init__.py").exists()
     }
@@ -190,7 +206,8 @@ class ImportRewriter:
                         path,
                         number,
                         f"`{match.group(0)}`",
-                        f"the module moved to `{self.package}.framework.{match.group(2)}`; "
+                        f"the module moved to `{self.package}.framework."
+                        f"{self.moved[match.group(2)]}`; "
                         f"import what you use from `{self.package}.framework`",
                     )
         if "".join(lines) != before:
@@ -237,7 +254,7 @@ class ImportRewriter:
         return True
 
     def config_file(self, path: Path) -> None:
-        """`<package>.<module>.Class` -> `<package>.framework.<module>.Class`, line by line.
+        """`<package>.<module>.Class` -> `<package>.framework.<room>.<module>.Class`, by line.
 
         Exact: each module moved whole. Only references to modules that are gone match,
         so template-owned presets (already right after the update) are never changed.
@@ -245,7 +262,9 @@ class ImportRewriter:
         lines = read_lines(path)
         before = "".join(lines)
         for number, line in enumerate(lines, start=1):
-            new = self.reference.sub(r"\1.framework.\2", line)
+            new = self.reference.sub(
+                lambda match: f"{match.group(1)}.framework.{self.moved[match.group(2)]}", line
+            )
             if new != line:
                 lines[number - 1] = new
                 self.rewritten.append((self.name(path), number, f"{line.strip()} -> {new.strip()}"))
@@ -318,6 +337,68 @@ def framework_imports(project: Path, package: str) -> int:
     return 0
 
 
+def room_moves(framework: Path) -> dict[str, str]:
+    """The framework's `MOVED` map (old module -> its room), read from the project just updated.
+
+    The template keeps it in one place, framework/platform/moved_modules.py, which also
+    lets old paths import at run time.
+    """
+    path = framework / "platform" / "moved_modules.py"
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        if any(isinstance(target, ast.Name) and target.id == "MOVED" for target in targets):
+            return ast.literal_eval(node.value)
+    raise LookupError(f"no MOVED map in {path}")
+
+
+def framework_rooms(project: Path, package: str) -> int:
+    """`<package>.framework.health` -> `<package>.framework.callbacks.health` in the user's files.
+
+    v0.2.0 put the framework's modules into rooms (run/, callbacks/, checkpoints/, tools/,
+    platform/). Old paths still import (moved_modules.py), so nothing breaks; this step
+    rewrites them where the user wrote them, so the project reads as the docs do: the
+    user's Python files (those without the template's header), relative imports
+    (`from .framework.loaders import ...`) included, and every YAML file under configs/.
+    Only the module part of a reference changes; a second run changes nothing.
+    """
+    framework = project / "src" / package / "framework"
+    if not (framework / "platform" / "moved_modules.py").is_file():
+        print(
+            f"migration framework-rooms: {framework}/platform/moved_modules.py not found in "
+            f"{project}. Run `copier update` from the project root; if the file was deleted, "
+            "`copier recopy` restores it (docs/updating.md, Recovering with recopy).",
+            file=sys.stderr,
+        )
+        return 1
+    moved = room_moves(framework)
+    alternation = "|".join(sorted(map(re.escape, moved), key=len, reverse=True))
+    reference = re.compile(
+        rf"(?<![\w.])((?:{re.escape(package)}\.|\.+)framework)\.({alternation})(?!\w)"
+    )
+    configs = [*project.glob("configs/**/*.yaml"), *project.glob("configs/**/*.yml")]
+    rewritten: list[str] = []
+    for path in sorted([*user_sources(project), *configs]):
+        lines = read_lines(path)
+        changed = False
+        for number, line in enumerate(lines, start=1):
+            new = reference.sub(lambda match: f"{match.group(1)}.{moved[match.group(2)]}", line)
+            if new != line:
+                lines[number - 1], changed = new, True
+                name = path.relative_to(project).as_posix()
+                rewritten.append(f"  rewritten {name}:{number}: {line.strip()} -> {new.strip()}")
+        if changed:
+            path.write_bytes("".join(lines).encode("utf-8"))
+    if not rewritten:
+        print("migration framework-rooms: none of your files names a module that moved.")
+        return 0
+    print(
+        f"migration framework-rooms: the framework's modules moved into rooms under "
+        f"src/{package}/framework/ (CHANGELOG.md, v0.2.0). Review with `git diff`."
+    )
+    print("\n".join(rewritten))
+    return 0
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="migrations.py", description=__doc__.split("\n")[0])
     steps = parser.add_subparsers(dest="step", required=True)
@@ -329,9 +410,15 @@ def main(argv: list[str]) -> int:
         "framework-imports", help="point the user's imports at src/PACKAGE/framework/"
     )
     imports.add_argument("package")
+    rooms = steps.add_parser(
+        "framework-rooms", help="point the user's references at the framework's rooms"
+    )
+    rooms.add_argument("package")
     args = parser.parse_args(argv)
     if args.step == "framework-imports":
         return framework_imports(Path.cwd(), args.package)
+    if args.step == "framework-rooms":
+        return framework_rooms(Path.cwd(), args.package)
     return rename_answer(args.answers_file, args.old, args.new)
 
 

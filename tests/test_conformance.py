@@ -314,7 +314,7 @@ def last_checkpoint(root: Path) -> dict:
 def assert_identical(m: "Matrix", resumed: dict, reference: dict, what: str) -> None:
     from importlib import import_module
 
-    compare = import_module(f"{m.package}.framework.determinism").compare_checkpoints
+    compare = import_module(f"{m.package}.framework.tools.determinism").compare_checkpoints
     if resumed.get("global_step") != reference.get("global_step"):
         raise CellFailed(
             f"{what}: ended at global step {resumed.get('global_step')}, "

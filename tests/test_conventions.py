@@ -215,15 +215,15 @@ def test_template_update_brings_a_release_and_describes_it(project_at_v010):
     )
     result = template_update(project)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert fixed in (project / "src" / "update_probe" / "framework" / "paths.py").read_text()
+    assert fixed in (project / "src" / "update_probe" / "framework" / "platform" / "paths.py").read_text()
     description = (project.parent / "pr.md").read_text()
     assert "v0.1.0 to v0.2.0" in description
-    assert entry in description and "framework/paths.py" in description
+    assert entry in description and "framework/platform/paths.py" in description
 
 
 def test_template_update_fails_naming_the_conflicting_file(project_at_v010):
     template, project = project_at_v010
-    paths_py = project / "src" / "update_probe" / "framework" / "paths.py"
+    paths_py = project / "src" / "update_probe" / "framework" / "platform" / "paths.py"
     paths_py.write_text(
         paths_py.read_text().replace(PATHS_DOC, PATHS_DOC.replace("root.", "root, mine."))
     )
@@ -234,7 +234,7 @@ def test_template_update_fails_naming_the_conflicting_file(project_at_v010):
     result = template_update(project)
     assert result.returncode == 1
     assert "conflicts with local edits" in result.stderr
-    assert "src/update_probe/framework/paths.py" in result.stderr
+    assert "src/update_probe/framework/platform/paths.py" in result.stderr
 
 
 # --- scripts/release.sh in a throwaway copy of this checkout ----------------------------

@@ -22,7 +22,7 @@ from scaffold import git, install_editable, package_name, snapshot_template, uni
 HEADER = "# Managed by the template; local edits are merged on update."
 CONFLICT_MARKER = re.compile(r"^(<<<<<<<|=======|>>>>>>>)( |$)", re.MULTILINE)
 PACKAGE = "update_probe"
-PATHS_PY = "template/src/{{package_name}}/framework/paths.py"
+PATHS_PY = "template/src/{{package_name}}/framework/platform/paths.py"
 PATHS_DOC = '"""`path` itself when absolute, else the same path under the project root."""'
 
 
@@ -213,7 +213,7 @@ def test_same_lines_changed_on_both_sides_conflict_inline_and_pre_commit_refuses
     update(project)
 
     assert not list(project.rglob("*.rej")), "copier left a .rej instead of inline markers"
-    assert files_with_conflicts(project) == [f"src/{PACKAGE}/framework/paths.py"]
+    assert files_with_conflicts(project) == [f"src/{PACKAGE}/framework/platform/paths.py"]
     text = paths_py.read_text()
     assert "<<<<<<< before updating" in text and ">>>>>>> after updating" in text
     assert mine in text and theirs in text
@@ -228,7 +228,7 @@ def test_same_lines_changed_on_both_sides_conflict_inline_and_pre_commit_refuses
             "run",
             "check-merge-conflict",
             "--files",
-            f"src/{PACKAGE}/framework/paths.py",
+            f"src/{PACKAGE}/framework/platform/paths.py",
         ],
         cwd=project,
         capture_output=True,
@@ -388,27 +388,30 @@ def test_changing_package_name_on_update_is_refused_before_anything_changes(rele
 
 
 FLAT_RELEASE = "832c52e"  # v0.1.0 as released: the framework flat in src/<package>/
+# The last commit with the framework's modules side by side in framework/, before the rooms
+# (framework/run/, callbacks/, ...): what projects copied from the main branch hold.
+SIDE_BY_SIDE = "f9f28d7"
 LAYOUT_PACKAGE = "layout_probe"
 
 
-def flat_release_then_this_checkout(template: Path) -> Path:
-    """A template repository whose v0.1.0 is the flat release and v0.2.0 this checkout.
+def flat_release_then_this_checkout(template: Path, commit: str = FLAT_RELEASE) -> Path:
+    """A template repository whose v0.1.0 is `commit` (the flat release) and v0.2.0 this checkout.
 
     The release is taken from this repository's history, not rebuilt, so the test updates
     exactly the files users copied.
     """
     found = subprocess.run(
-        ["git", "cat-file", "-e", f"{FLAT_RELEASE}^{{commit}}"], cwd=REPO, capture_output=True
+        ["git", "cat-file", "-e", f"{commit}^{{commit}}"], cwd=REPO, capture_output=True
     )
     if found.returncode != 0:
         pytest.fail(
-            f"commit {FLAT_RELEASE} (release v0.1.0, the flat layout) is not in {REPO}: the "
+            f"commit {commit} (the layout an update starts from) is not in {REPO}: the "
             "update from it cannot be tested. Clone the full history (`git fetch --unshallow`, "
             "or `fetch-depth: 0` in actions/checkout)."
         )
     template.mkdir()
     archive = subprocess.run(
-        ["git", "archive", FLAT_RELEASE], cwd=REPO, capture_output=True, check=True
+        ["git", "archive", commit], cwd=REPO, capture_output=True, check=True
     ).stdout
     subprocess.run(["tar", "-x", "-C", str(template)], input=archive, check=True)
     git(template, "init", "-q", "-b", "main")
@@ -468,8 +471,16 @@ def test_update_from_the_flat_layout_migrates_the_users_imports(tmp_path, capfd)
     # __init__.py and __main__.py stay where `python -m <package>` needs them.
     kept = [name for name in flat_owned if (project / name).exists()]
     assert kept == [f"src/{LAYOUT_PACKAGE}/__init__.py", f"src/{LAYOUT_PACKAGE}/__main__.py"]
-    for name in ("cli.py", "loaders.py", "paths.py", "resume.py", "doctor", "health"):
-        assert (package / "framework" / name).exists() and not (package / name).exists(), name
+    for name in (
+        "cli.py",
+        "platform/loaders.py",
+        "platform/paths.py",
+        "callbacks/resume.py",
+        "tools/doctor",
+        "callbacks/health",
+    ):
+        assert (package / "framework" / name).exists(), name
+        assert not (package / Path(name).name).exists(), name
     assert (project / "tests" / "framework" / "conftest.py").is_file()
 
     # The user's files: byte for byte, but for the import lines the migration rewrote.
@@ -484,7 +495,7 @@ def test_update_from_the_flat_layout_migrates_the_users_imports(tmp_path, capfd)
                 f"from {LAYOUT_PACKAGE}.framework import ProjectCLI\n".encode(),
             )
         ],
-        mine_yaml: [(b"lr_scaling", b"framework.lr_scaling")],
+        mine_yaml: [(b"lr_scaling", b"framework.callbacks.lr_scaling")],
     }
     for path, old_bytes in before.items():
         expected = old_bytes
@@ -547,6 +558,83 @@ def test_update_from_the_flat_layout_migrates_the_users_imports(tmp_path, capfd)
         text=True,
     )
     assert result.returncode == 0 and "fit" in result.stdout, result.stdout + result.stderr
+
+
+def test_update_to_the_rooms_rewrites_the_users_module_paths_and_old_paths_still_import(
+    tmp_path, capfd
+):
+    """v0.2.0 put framework/*.py into rooms: a project copied before keeps working, cleaned."""
+    template = flat_release_then_this_checkout(tmp_path / "template", SIDE_BY_SIDE)
+    project = copy_at(template, tmp_path / "project", "v0.1.0", project_name="Layout Probe")
+    package = project / "src" / LAYOUT_PACKAGE
+    assert (package / "framework" / "health" / "__init__.py").is_file()  # the old layout
+    mine = project / "configs" / "experiments" / "mine.yaml"
+    mine.write_text(
+        "trainer:\n  callbacks+:\n"
+        f"    - class_path: {LAYOUT_PACKAGE}.framework.lr_scaling.LinearLRScaling  # my preset\n"
+    )
+    append_line(package / "model.py", "from .framework.health import NonFiniteGuard  # mine")
+    recorded = project / "runs" / "old" / "config.yaml"  # a run's record: the user's data
+    recorded.parent.mkdir(parents=True)
+    recorded.write_text(f"class_path: {LAYOUT_PACKAGE}.framework.health.NonFiniteGuard\n")
+    commit_all(project, "my config and model")
+    capfd.readouterr()
+
+    update(project)
+    printed = "".join(capfd.readouterr())
+
+    assert answers(project)["_commit"] == "v0.2.0"
+    assert files_with_conflicts(project) == [] and not list(project.rglob("*.rej"))
+    assert not (package / "framework" / "health").exists()
+    assert (package / "framework" / "callbacks" / "health" / "__init__.py").is_file()
+    assert mine.read_text().count(f"{LAYOUT_PACKAGE}.framework.callbacks.lr_scaling.") == 1
+    assert (
+        "from .framework.callbacks.health import NonFiniteGuard  # mine"
+        in (package / "model.py").read_text()
+    )
+    assert f"{LAYOUT_PACKAGE}.framework.health." in recorded.read_text()  # never rewritten
+    assert (
+        "migration framework-rooms" in printed and "configs/experiments/mine.yaml:3" in printed
+    ), printed
+    config = (project / "configs" / "default.yaml").read_text()
+    assert f"{LAYOUT_PACKAGE}.framework.callbacks.health.NonFiniteGuard" in config
+    assert f"{LAYOUT_PACKAGE}.framework.health." not in config
+
+    # Old paths still import, as the very modules that replaced them; the old pre-commit
+    # hook's `python -m` path still runs.
+    env = {**os.environ, "PYTHONPATH": str(project / "src")}  # not installed: the venv is shared
+    probe = (
+        f"from {LAYOUT_PACKAGE}.framework.health import NonFiniteGuard as old\n"
+        f"from {LAYOUT_PACKAGE}.framework.callbacks.health import NonFiniteGuard as new\n"
+        f"import {LAYOUT_PACKAGE}.framework.health.nonfinite as old_module\n"
+        f"import {LAYOUT_PACKAGE}.framework.callbacks.health.nonfinite as new_module\n"
+        "print(old is new, old_module is new_module, old.__module__)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=project, env=env, capture_output=True, text=True
+    )
+    assert result.stdout == (
+        f"True True {LAYOUT_PACKAGE}.framework.callbacks.health.nonfinite\n"
+    ), result.stdout + result.stderr
+    hook = subprocess.run(
+        [sys.executable, "-m", f"{LAYOUT_PACKAGE}.framework.doctor", "--static"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert hook.returncode == 0 and "DR011" in hook.stdout, hook.stdout + hook.stderr
+
+    # A second run of the step changes nothing.
+    commit_all(project, "update to v0.2.0")
+    again = subprocess.run(
+        [sys.executable, str(REPO / "hooks" / "migrations.py"), "framework-rooms", LAYOUT_PACKAGE],
+        cwd=project,
+        capture_output=True,
+        text=True,
+    )
+    assert again.returncode == 0 and "rewritten" not in again.stdout, again.stdout + again.stderr
+    assert git(project, "status", "--porcelain", "--untracked-files=all") == ""
 
 
 OLD_ROOT_LINE = (

@@ -189,7 +189,7 @@ class GratingsDataModule(L.LightningDataModule):
 
     def _loader(self, split: str, shuffle: bool) -> StatefulDataLoader:
         # A DataLoader that saves its position in each checkpoint, so a run killed
-        # mid-epoch resumes with the very next batch (framework/resume.py).
+        # mid-epoch resumes with the very next batch (framework/callbacks/resume.py).
         return StatefulDataLoader(
             self.datasets[split],
             batch_size=self.hparams.batch_size,

@@ -9,22 +9,25 @@ moved by a `copier update`, which never touches your files. A test of the framew
 Loaders are torchdata's `StatefulDataLoader`, imported from torchdata itself: it saves its
 position for a mid-epoch resume (resume.py), with the arguments `LoaderOptions` resolves.
 
-Names are imported on first use, so `import <package>.framework.doctor` (a pre-commit
+Names are imported on first use, so `import <package>.framework.tools.doctor` (a pre-commit
 hook) does not pay for importing Lightning.
 """
 
 import importlib
 from typing import Any
 
+from .platform.moved_modules import install as install_moved_modules
+
 # name -> module (relative to this package) that defines it
 PUBLIC = {
-    "LoaderOptions": ".loaders",
-    "ProjectCLI": ".lightning_cli",
-    "Refusal": ".refusal",
-    "logs_this_step": ".log_steps",
-    "project_path": ".paths",
+    "LoaderOptions": ".platform.loaders",
+    "ProjectCLI": ".run.lightning_cli",
+    "Refusal": ".platform.refusal",
+    "logs_this_step": ".callbacks.log_steps",
+    "project_path": ".platform.paths",
 }
 __all__ = sorted(PUBLIC)
+install_moved_modules(__name__)
 
 
 def __getattr__(name: str) -> Any:

@@ -12,17 +12,17 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from .compare import compare
-from .consolidate import consolidate_checkpoint
-from .determinism import verify_determinism
-from .doctor import main as doctor
-from .export import export
-from .inspect_ckpt import inspect_checkpoint
-from .lightning_cli import TRAINER_COMMANDS, ProjectCLI
-from .refusal import Refusal
-from .signals import interrupt_exit_codes
-from .sweep import sweep
-from .tune import tune
+from .checkpoints.consolidate import consolidate_checkpoint
+from .platform.refusal import Refusal
+from .platform.signals import interrupt_exit_codes
+from .run.lightning_cli import TRAINER_COMMANDS, ProjectCLI
+from .tools.compare import compare
+from .tools.determinism import verify_determinism
+from .tools.doctor import main as doctor
+from .tools.export import export
+from .tools.inspect_ckpt import inspect_checkpoint
+from .tools.sweep import sweep
+from .tools.tune import tune
 
 PROG = f"python -m {__package__.split('.')[0]}"
 TOOLS: dict[str, Callable[[Sequence[str]], int]] = {

@@ -1,0 +1,101 @@
+# Managed by the template; local edits are merged on update.
+"""Every DataLoader the Trainer takes from your code goes through the framework once.
+
+`LoaderChecks`, an entry of `trainer.callbacks` in configs/default.yaml, wraps the
+`*_dataloader` methods your DataModule (or LightningModule) defines when the Trainer sets
+up, so each loader they return, of any kind (DataLoader, StatefulDataLoader, a subclass;
+built with `LoaderOptions` or not), is
+
+- checked (bad_input.check_loader): worker count, and a training set with batches;
+- given workers that leave SIGTERM / Ctrl-C to the main process (signals.shield_workers).
+
+Why wrap the methods and not check in a later hook: Lightning starts a loader's workers
+right after calling the method (the fit loop's `setup_data` iterates it), with no hook in
+between; a callback's `setup` runs before any loader is asked for. And an attribute set
+while Lightning calls the method is recorded and set again when Lightning rebuilds the
+loader (to add a DistributedSampler), so it survives that.
+"""
+
+from typing import Any
+
+import lightning as L
+from lightning.pytorch import LightningDataModule, LightningModule
+from lightning.pytorch.utilities.model_helpers import is_overridden
+
+from ..platform.bad_input import check_loader, refuse_empty_training_set
+from ..platform.signals import shield_workers
+
+HOOKS = ("train_dataloader", "val_dataloader", "test_dataloader", "predict_dataloader")
+
+
+class LoaderChecks(L.Callback):
+    """Checks every loader the run's DataModule and module return, and shields its workers.
+
+    Without this entry in `trainer.callbacks`, loaders are used as returned: no worker
+    count or empty-training-set check, and Ctrl-C / SIGTERM reach the workers too.
+    """
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        # `datamodule` is set by Lightning's data connector; Trainer does not declare it.
+        watch_loaders(trainer.datamodule, pl_module)  # type: ignore[attr-defined]
+
+
+def watch_loaders(*owners: LightningModule | LightningDataModule | None) -> None:
+    """Wrap the loader methods each owner overrides (an instance attribute per method)."""
+    for owner in owners:
+        if owner is None:
+            continue
+        base = LightningModule if isinstance(owner, LightningModule) else LightningDataModule
+        for hook in HOOKS:
+            if is_overridden(hook, owner, base) and not isinstance(getattr(owner, hook), Watched):
+                setattr(owner, hook, Watched(owner, hook))
+
+
+class Watched:
+    """`owner.<hook>()`, with every loader it returns checked and its workers shielded.
+
+    A class, not a closure: the owner still pickles (the `ddp_spawn` strategy pickles it).
+    `__wrapped__` is the method of the owner's class, which Lightning's `is_overridden`
+    follows, so the hook still counts as defined by your class. It is the method the hook
+    calls when wrapped: another of the owner's methods set in its place stays in place
+    (`predict --dataloader val_dataloader` sets `predict_dataloader` before setup).
+    """
+
+    def __init__(self, owner: Any, hook: str) -> None:
+        self.owner, self.hook = owner, hook
+        current = getattr(owner, hook)
+        name = current.__func__.__name__ if getattr(current, "__self__", None) is owner else hook
+        self.__wrapped__ = getattr(type(owner), name)
+
+    def __call__(self) -> Any:
+        try:
+            loaders = self.__wrapped__(self.owner)
+        except ValueError as error:
+            # torch's RandomSampler refuses an empty dataset while a shuffled loader is
+            # built, with a traceback; it is the mistake check_loader reports for others.
+            if self.hook == "train_dataloader" and "num_samples=0" in str(error):
+                refuse_empty_training_set(0, "?", "?")
+            raise
+        rank = _global_rank(self.owner)
+        for loader in _each(loaders):
+            check_loader(loader, self.hook)
+            shield_workers(loader, rank)
+        return loaders
+
+
+def _global_rank(owner: Any) -> int:
+    """The rank Lightning seeds workers with; 0 when called outside a Trainer (your tests)."""
+    try:
+        trainer = owner.trainer  # a LightningModule without one raises
+    except RuntimeError:
+        return 0
+    return trainer.global_rank if trainer is not None else 0
+
+
+def _each(loaders: Any) -> list[Any]:
+    """The loaders in what a hook returns: one, or a list / tuple / dict of them."""
+    if isinstance(loaders, dict):
+        return [loader for value in loaders.values() for loader in _each(value)]
+    if isinstance(loaders, list | tuple):
+        return [loader for value in loaders for loader in _each(value)]
+    return [loaders] if hasattr(loaders, "worker_init_fn") else []

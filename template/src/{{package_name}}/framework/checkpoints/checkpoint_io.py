@@ -1,0 +1,122 @@
+# Managed by the template; local edits are merged on update.
+"""Every checkpoint save is atomic; every load is weights-only with a clear error.
+
+Lightning's own save is not atomic: it writes a temporary file under $TMPDIR and moves it
+(a copy when that is another filesystem), without fsync, so a kill or power loss during
+a save can leave a truncated `last.ckpt` and nothing to resume from. configs/default.yaml
+names `AtomicCheckpointIO` in `trainer.plugins`, so every save (ModelCheckpoint, interrupts,
+`trainer.save_checkpoint`) writes a temporary file in the checkpoint's own folder, flushes
+and fsyncs it, then renames it over the target: a reader sees the old file or the new one,
+never half of one. A save killed midway leaves only a `.<name>.<pid>.partial` file
+behind (`.save.<owner>.<random>.partial`), which the next save into that folder deletes
+once its process is gone. The file
+gets the permissions any file the process writes gets (the umask), like the run's logs,
+not the owner-only 0600 of a temporary file.
+"""
+
+import hashlib
+import os
+import re
+import socket
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+from .load import load_checkpoint
+from .provenance import warn_if_environment_differs
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Atomic local saves (temp file, flush, fsync, rename); remote paths are left to fsspec."""
+
+    def save_checkpoint(
+        self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any | None = None
+    ) -> None:
+        if storage_options is not None or "://" in str(path):
+            super().save_checkpoint(checkpoint, path, storage_options)
+            return
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _remove_abandoned_partials(path.parent)
+        # No "last" in the name: Lightning's `--ckpt_path last` takes the newest file whose
+        # name holds "last", and must never pick up a partial one.
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".save.{_owner()}.", suffix=".partial")
+        try:
+            if hasattr(os, "fchmod"):  # POSIX; Windows files have no mode bits to set
+                os.fchmod(fd, 0o666 & ~_UMASK)
+            with os.fdopen(fd, "wb") as handle:
+                torch.save(checkpoint, handle)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        _fsync_directory(path.parent)
+
+    def load_checkpoint(
+        self, path: str | Path, map_location: Any = None, weights_only: bool | None = None
+    ) -> dict[str, Any]:
+        if "://" in str(path):
+            return super().load_checkpoint(path, map_location, weights_only=True)
+        checkpoint = load_checkpoint(Path(path))
+        warn_if_environment_differs(checkpoint.get("provenance"), path)
+        return checkpoint
+
+
+def _read_umask() -> int:
+    mask = os.umask(0o022)  # reading the umask means setting it; put it straight back
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _read_umask()
+
+
+def _owner() -> str:
+    """Who writes a partial file (process id, hash of the host name: no dots, any host)."""
+    return f"p{os.getpid()}h{_HOST}"
+
+
+_HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+_PARTIAL_OWNER = re.compile(r"\.p(\d+)h([0-9a-f]{8})\.[^.]+\.partial$")
+
+
+def _remove_abandoned_partials(folder: Path) -> None:
+    """Delete `.*.partial` files of saves whose process on this host is gone (killed mid-save)."""
+    for partial in folder.glob(".*.partial"):
+        owner = _PARTIAL_OWNER.search(partial.name)
+        if owner and owner[2] == _HOST and not _alive(int(owner[1])):
+            partial.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` still runs here; a zombie (killed, not yet reaped) does not."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    stat = Path(f"/proc/{pid}/stat")
+    try:
+        fields = stat.read_text().rsplit(")", 1)[-1].split()  # state first, after the name
+    except OSError:  # no /proc (macOS): os.kill's answer stands
+        return True
+    return fields[:1] != ["Z"]
+
+
+def _fsync_directory(folder: Path) -> None:
+    """Make the rename itself durable (POSIX); Windows has no directory handles to sync."""
+    if os.name != "posix":
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

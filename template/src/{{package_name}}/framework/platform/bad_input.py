@@ -1,0 +1,131 @@
+# Managed by the template; local edits are merged on update.
+"""Values a run cannot use, refused with one paragraph before the work they would spoil.
+
+Lightning and torch accept some of these and then do nothing (`max_epochs 0`, a training
+set with no batches: the run "finishes" at once, exit 0), fail deep inside with a
+traceback (`batch_size 0`, a negative `num_workers`, a truncated `--init_from` file), or
+start what the machine cannot hold (`num_workers 1000` starts 1000 processes). Each check
+names the value, where it came from and the fix.
+
+Checks on the parsed config run before anything is built, for any DataModule whose
+arguments are named `batch_size` / `num_workers`; checks on the loaders run when the
+DataModule builds them (loader_hooks.py), for loaders of any kind. An unwritable run
+folder is refused by run_root.py.
+"""
+
+import os
+from typing import Any, TypeGuard
+
+from jsonargparse import Namespace
+
+from .loaders import LoaderOptions
+from .refusal import Refusal
+
+LOADER_ARGUMENTS = ("num_workers", "pin_memory", "prefetch_factor")  # LoaderOptions' own
+
+
+def refuse_bad_input(command: str, config: Any) -> None:
+    """Every check of a Trainer command's parsed config, before anything is built or written.
+
+    Checks of the run folder itself (writable, free) come later, in run_root.py: parsing
+    alone (doctor, a sweep's check of its spec) must not claim a folder.
+    """
+    check_data_arguments(config.get("data"))
+    if command == "fit":
+        check_training_length(config.trainer)
+
+
+def available_cpus() -> int:
+    """Cores this process may run on (a SLURM job or `taskset` gets fewer than the machine has)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def check_data_arguments(data_config: Any) -> None:
+    """`data.batch_size` of 1 or more; `data.num_workers` from 0 to the CPUs available; the
+    values `LoaderOptions` accepts for `num_workers`, `pin_memory` and `prefetch_factor`."""
+    init_args = data_config.get("init_args") if isinstance(data_config, Namespace) else None
+    if init_args is None:
+        return
+    batch_size = init_args.get("batch_size")
+    if _is_int(batch_size) and batch_size < 1:
+        raise Refusal(
+            f"--data.batch_size {batch_size}: a batch holds at least one sample. Set "
+            "it to 1 or more."
+        )
+    workers = init_args.get("num_workers")
+    if _is_int(workers):
+        check_num_workers(workers, "--data.num_workers")
+    # LoaderOptions' own checks, for the arguments it takes that the DataModule names too:
+    # raised from the DataModule's __init__, the error would reach the user inside
+    # jsonargparse's traceback.
+    given = {key: init_args[key] for key in LOADER_ARGUMENTS if key in init_args}
+    try:
+        LoaderOptions(**given)
+    except ValueError as error:
+        raise Refusal(f"in --data, {error}") from None
+
+
+def check_num_workers(workers: int, where: str) -> None:
+    cpus = available_cpus()
+    if workers < 0:
+        raise Refusal(
+            f"{where} {workers}: the number of DataLoader worker processes cannot be "
+            "negative. Use 0 (load in the main process), a positive number, or `auto`."
+        )
+    if workers > cpus:
+        raise Refusal(
+            f"{where} {workers}: more DataLoader worker processes than the {cpus} CPUs "
+            "this process may use; each worker is a process with its own copy of the "
+            f"dataset, and too many run the machine out of memory. Use at most {cpus}, or "
+            "`auto` (fits the machine)."
+        )
+
+
+def check_loader(loader: Any, hook: str) -> None:
+    """What only the built loader tells: its worker count, and whether training has batches."""
+    workers = getattr(loader, "num_workers", None)
+    if _is_int(workers):
+        check_num_workers(workers, f"{hook}(): num_workers")
+    if hook != "train_dataloader":
+        return
+    try:
+        batches = len(loader)
+    except TypeError:  # an iterable-style dataset: its length is unknown until it runs out
+        return
+    if batches == 0:
+        samples = _length(getattr(loader, "dataset", None))
+        refuse_empty_training_set(samples, loader.batch_size, getattr(loader, "drop_last", "?"))
+
+
+def refuse_empty_training_set(samples: object, batch_size: object, drop_last: object) -> None:
+    raise Refusal(
+        f"the training set is empty: train_dataloader() yields 0 batches ({samples} "
+        f"samples, batch_size {batch_size}, drop_last {drop_last}); a fit would stop at once "
+        "and save nothing. Check the data's path and split sizes (e.g. --data.train_size), "
+        "or lower batch_size / turn drop_last off."
+    )
+
+
+def check_training_length(trainer_config: Any) -> None:
+    """`fit` with `max_epochs 0` or `max_steps 0` would end before the first step."""
+    for key in ("max_epochs", "max_steps"):
+        value = trainer_config.get(key)
+        if _is_int(value) and (value == 0 or value < -1):
+            raise Refusal(
+                f"--trainer.{key} {value}: a fit with it trains no step and saves "
+                f"nothing. Give a positive number, or -1 for no limit (then set the other "
+                "of max_epochs / max_steps)."
+            )
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _length(dataset: Any) -> str:
+    try:
+        return str(len(dataset))
+    except TypeError:
+        return "?"

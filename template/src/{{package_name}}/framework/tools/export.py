@@ -1,0 +1,284 @@
+# Managed by the template; local edits are merged on update.
+"""`export CKPT`: the weights to safetensors and the network to ONNX, both verified.
+
+The model and data module are rebuilt from the classes and hyperparameters the checkpoint
+records (any LightningModule trained through the CLI; an argument kept out of the
+hyperparameters, such as an injected `net`, from the run's recorded config), and a
+sample input is run three
+ways: eager, from the reloaded safetensors weights, and through onnxruntime (at the
+sample's batch size and at twice it). The max abs difference of each against eager is
+printed; the command exits non-zero above `--tolerance`.
+
+The sample input is the module's `example_input_array`, with Lightning's convention: a
+tensor is `forward(x)`, a tuple or list `forward(*x)`, a dict `forward(**x)`. Without it,
+a validation batch that is a tensor or an `(inputs, target)` pair gives `forward(inputs)`;
+anything else needs `example_input_array`. ONNX inputs are named after the dict's keys
+(`input_0`, `input_1`... otherwise); their first dimension is the dynamic `batch`. A module
+declares more dynamic dimensions with an attribute naming them per input, e.g.
+`self.export_dynamic_dims = {"tokens": {1: "length"}, "mask": {1: "length"}}` (one name,
+one size). ONNX needs the `export` extra: `pip install -e ".[export]"`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import importlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from lightning.pytorch import LightningDataModule, LightningModule
+
+from ..checkpoints.consolidate import gathered_copy
+from ..checkpoints.load import is_sharded, load_checkpoint
+from ..checkpoints.trusted_classes import DATA_SECTIONS, MODEL_SECTIONS, named_in, refuse_untrusted
+from ..platform.paths import DEFAULT_CONFIG, project_path
+from ..platform.refusal import Refusal
+from ..run.checkpoint_hparams import recorded_arguments, with_recorded_arguments
+
+
+def rebuild(
+    path: Path, checkpoint: dict[str, Any], trusted: Sequence[str] = ()
+) -> tuple[LightningModule, LightningDataModule | None]:
+    """The module (and data module, when recorded) of a CLI-trained checkpoint, with its weights.
+
+    Only classes of the project, of torch/Lightning, named in `configs/default.yaml` or in
+    `trusted` are imported (trusted_classes.py); any other stops the export first.
+    """
+    config = yaml.safe_load(DEFAULT_CONFIG.read_text()) if DEFAULT_CONFIG.is_file() else {}
+    named = [*named_in(config), *trusted]
+    sections = (*MODEL_SECTIONS, *DATA_SECTIONS)
+    completed = with_recorded_arguments(checkpoint, ("hyper_parameters", *DATA_SECTIONS))
+    refuse_untrusted(completed, path, named, "add `--trust CLASS` for each", sections)
+    for key in ("hyper_parameters", *DATA_SECTIONS):
+        class_path = checkpoint.get(key, {}).get("_class_path")
+        if class_path:  # Lightning only builds classes that are already imported
+            importlib.import_module(class_path.rsplit(".", 1)[0])
+    # Arguments kept out of the hyperparameters (an injected `net`) from the recorded config.
+    model = LightningModule.load_from_checkpoint(
+        path, map_location="cpu", weights_only=True, **recorded_arguments(checkpoint)
+    )
+    datamodule = None
+    if checkpoint.get("datamodule_hyper_parameters", {}).get("_class_path"):
+        datamodule = LightningDataModule.load_from_checkpoint(
+            path,
+            weights_only=True,
+            **recorded_arguments(checkpoint, "datamodule_hyper_parameters"),
+        )
+    return model, datamodule
+
+
+@dataclass
+class SampleInputs:
+    """Named tensors to call the network with, by keyword (a dict example) or in order."""
+
+    tensors: dict[str, torch.Tensor]
+    by_keyword: bool
+
+    def args(self) -> tuple[torch.Tensor, ...]:
+        return () if self.by_keyword else tuple(self.tensors.values())
+
+    def kwargs(self) -> dict[str, torch.Tensor]:
+        return self.tensors if self.by_keyword else {}
+
+    def call(self, model: torch.nn.Module) -> list[torch.Tensor]:
+        return _leaves(model(*self.args(), **self.kwargs()))
+
+    def doubled(self) -> SampleInputs:
+        """The same inputs at twice the batch size: checks the batch dimension is dynamic."""
+        tensors = {name: torch.cat([t, t]) for name, t in self.tensors.items()}
+        return SampleInputs(tensors, self.by_keyword)
+
+
+def sample_inputs(model: LightningModule, datamodule: LightningDataModule | None) -> SampleInputs:
+    example = getattr(model, "example_input_array", None)
+    if example is None:
+        example = _validation_inputs(model, datamodule)
+    if isinstance(example, dict):
+        tensors, by_keyword = dict(example), True
+    elif isinstance(example, list | tuple):
+        tensors, by_keyword = {f"input_{i}": x for i, x in enumerate(example)}, False
+    else:
+        tensors, by_keyword = {"input_0": example}, False
+    if not all(isinstance(t, torch.Tensor) for t in tensors.values()):
+        raise Refusal(
+            f"{type(model).__name__}.example_input_array must be a tensor, a tuple of "
+            "tensors or a dict of tensors (names -> tensors, passed as forward(**inputs)); "
+            f"it holds {sorted({type(t).__name__ for t in tensors.values()})}."
+        )
+    return SampleInputs({name: t.detach().cpu() for name, t in tensors.items()}, by_keyword)
+
+
+def _validation_inputs(
+    model: LightningModule, datamodule: LightningDataModule | None
+) -> torch.Tensor:
+    """The first validation batch's inputs, when the batch says unambiguously what they are."""
+    batch = None
+    if datamodule is not None:
+        datamodule.prepare_data()
+        datamodule.setup("validate")
+        batch = next(iter(datamodule.val_dataloader()))
+    if isinstance(batch, torch.Tensor):
+        return batch
+    if isinstance(batch, list | tuple) and len(batch) == 2 and isinstance(batch[0], torch.Tensor):
+        return batch[0]  # (inputs, target)
+    if batch is None:
+        found = "and the checkpoint records no DataModule to take a validation batch from"
+    else:
+        found = (
+            f"and its validation batches are a {type(batch).__name__}, not a tensor or an "
+            "(inputs, target) pair"
+        )
+    raise Refusal(
+        "export needs a sample input to trace the network with; "
+        f"{type(model).__name__} sets no `example_input_array`, {found}. Set it in the "
+        "module's __init__, e.g. `self.example_input_array = torch.zeros(2, 8)`: a tensor, "
+        "a tuple of tensors, or a dict of tensors passed as forward(**inputs), whose first "
+        "dimension (2 or more) is exported as the dynamic batch size."
+    )
+
+
+def dynamic_shapes(
+    model: LightningModule, inputs: SampleInputs
+) -> dict[str, Any] | tuple[Any, ...]:
+    """Dim 0 of every input is `batch`; `model.export_dynamic_dims` adds named ones."""
+    declared = getattr(model, "export_dynamic_dims", {}) or {}
+    unknown = sorted(set(declared) - set(inputs.tensors))
+    if unknown:
+        raise Refusal(
+            f"{type(model).__name__}.export_dynamic_dims names inputs {unknown} that "
+            f"the sample input does not have; its inputs are {sorted(inputs.tensors)}."
+        )
+    dims: dict[str, torch.export.Dim] = {}
+
+    def dim(name: str) -> torch.export.Dim:
+        return dims.setdefault(name, torch.export.Dim(name))
+
+    shapes = {
+        name: {0: dim("batch"), **{i: dim(d) for i, d in declared.get(name, {}).items()}}
+        if tensor.dim() > 0
+        else None
+        for name, tensor in inputs.tensors.items()
+    }
+    return shapes if inputs.by_keyword else tuple(shapes.values())
+
+
+def _leaves(output: Any) -> list[torch.Tensor]:
+    """A forward's output as a flat list: a tensor, or tuples, lists and dicts of tensors."""
+    if isinstance(output, torch.Tensor):
+        return [output]
+    values = output.values() if isinstance(output, dict) else output
+    return [leaf for value in values for leaf in _leaves(value)]
+
+
+def export_safetensors(model: torch.nn.Module, checkpoint: dict[str, Any], path: Path) -> None:
+    """The module's weights, with the checkpoint's provenance as the file's metadata.
+
+    Tied weights (one tensor under two names, as GPT-2's input and output embeddings) are
+    written once, under one of their names: safetensors refuses to write shared memory
+    twice. `safetensors.torch.load_model(module, path)` ties them again.
+    """
+    from safetensors.torch import save_model
+
+    provenance = checkpoint.get("provenance") or {}
+    metadata = {  # safetensors metadata holds strings only
+        key: value if isinstance(value, str) else json.dumps(value, default=str)
+        for key, value in provenance.items()
+    }
+    save_model(model, str(path), metadata=metadata)
+
+
+def export_onnx(model: LightningModule, inputs: SampleInputs, path: Path) -> None:
+    try:
+        import onnxscript  # noqa: F401  (the dynamo exporter needs it)
+    except ImportError:
+        raise Refusal('ONNX export needs the export extra: pip install -e ".[export]".') from None
+    program = torch.onnx.export(
+        model,
+        inputs.args(),
+        kwargs=inputs.kwargs(),
+        dynamo=True,
+        dynamic_shapes=dynamic_shapes(model, inputs),
+        input_names=list(inputs.tensors),
+    )
+    assert program is not None  # the dynamo exporter always returns its program
+    program.save(str(path))
+
+
+def onnx_outputs(path: Path, inputs: SampleInputs) -> list[torch.Tensor]:
+    """Runs the ONNX file in onnxruntime, feeding it every input by name."""
+    import onnxruntime
+
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    expected = {graph_input.name for graph_input in session.get_inputs()}
+    if expected != set(inputs.tensors):
+        raise Refusal(
+            f"the ONNX graph takes inputs {sorted(expected)}, but the sample has "
+            f"{sorted(inputs.tensors)}; an input the network ignores is dropped by the "
+            "exporter: remove it from example_input_array."
+        )
+    feeds = {name: tensor.numpy() for name, tensor in inputs.tensors.items()}
+    return [torch.from_numpy(output) for output in session.run(None, feeds)]
+
+
+def _max_diff(outputs: list[torch.Tensor], expected: list[torch.Tensor]) -> float:
+    if len(outputs) != len(expected):
+        return float("inf")
+    pairs = zip(outputs, expected, strict=True)
+    return max((output.float() - exp.float()).abs().max().item() for output, exp in pairs)
+
+
+def export(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="export", description=__doc__)
+    parser.add_argument("checkpoint", type=Path, help="a .ckpt file (or an FSDP2 run's folder)")
+    parser.add_argument("--output", type=Path, help="folder (default: next to the checkpoint)")
+    parser.add_argument("--tolerance", type=float, default=1e-4, help="max abs difference")
+    parser.add_argument(
+        "--trust",
+        action="append",
+        default=[],
+        metavar="CLASS",
+        help="a value the checkpoint names (a class or import path) that may be imported "
+        "(see trusted_classes.py)",
+    )
+    args = parser.parse_args(argv)
+    path = project_path(args.checkpoint)
+    # Lightning's load_from_checkpoint reads files only: an FSDP2 folder is gathered first.
+    source = gathered_copy(path) if is_sharded(path) else path
+    checkpoint = load_checkpoint(source)
+    model, datamodule = rebuild(source, checkpoint, args.trust)
+    model.eval()
+    inputs = sample_inputs(model, datamodule)
+    output = args.output or path.parent
+    output.mkdir(parents=True, exist_ok=True)
+    with torch.inference_mode():
+        expected, expected_doubled = inputs.call(model), inputs.doubled().call(model)
+
+    weights_path = output / f"{path.stem}.safetensors"
+    export_safetensors(model, checkpoint, weights_path)
+    from safetensors.torch import load_model
+
+    reloaded = copy.deepcopy(model)
+    load_model(reloaded, weights_path)
+    onnx_path = output / f"{path.stem}.onnx"
+    export_onnx(model, inputs, onnx_path)
+    with torch.inference_mode():
+        onnx_diff = max(
+            _max_diff(onnx_outputs(onnx_path, inputs), expected),
+            _max_diff(onnx_outputs(onnx_path, inputs.doubled()), expected_doubled),
+        )
+        results = {
+            weights_path: _max_diff(inputs.call(reloaded), expected),
+            onnx_path: onnx_diff,
+        }
+    failed = False
+    for file, diff in results.items():
+        verdict = "ok" if diff <= args.tolerance else f"OVER tolerance {args.tolerance:g}"
+        failed |= diff > args.tolerance
+        print(f"{file}  max abs diff vs eager {diff:.3g}  {verdict}")
+    return 1 if failed else 0
