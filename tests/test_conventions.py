@@ -120,6 +120,12 @@ def test_the_docs_site_builds_strictly_from_the_projects_own_files(rendered, tmp
     presets = {path.stem for path in (project / "configs" / "presets").glob("*.yaml")}
     assert presets and {p.name for p in (site / "presets").iterdir() if p.is_dir()} == presets
     assert not (site / "hooks.py").exists()
+    # The framework's rooms, drawn from the code: every room, every module of it.
+    framework = (site / "framework" / "index.html").read_text()
+    package = project / "src" / "default_probe" / "framework"
+    for room in ("tools", "run", "callbacks", "checkpoints", "platform"):
+        assert f"{room}/" in framework and (package / room / "__init__.py").is_file(), room
+    assert "lightning_cli.py" in framework and "health/nonfinite.py" in framework
 
 
 # --- GitHub: workflows, dependabot, zizmor -------------------------------------------------

@@ -27,6 +27,9 @@ PUBLIC = {
     "project_path": ".platform.paths",
 }
 __all__ = sorted(PUBLIC)
+# The rooms, top to bottom: each imports only the rooms after it (cli.py, above them all,
+# imports any). tests/framework/test_layers.py holds the code to this; the docs draw it.
+ROOMS = ("tools", "run", "callbacks", "checkpoints", "platform")
 install_moved_modules(__name__)
 
 

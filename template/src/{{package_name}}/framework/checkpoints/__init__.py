@@ -1,8 +1,8 @@
 # Managed by the template; local edits are merged on update.
-"""Checkpoint files: the one loader every command reads them through (load.py), atomic
-saves (checkpoint_io.py), where a checkpoint came from (provenance.py), which classes one
-may name (trusted_classes.py), sharded folders merged into one file (consolidate.py), and
-the pre-commit hook that keeps weights out of git (weight_files.py).
+"""Checkpoint files: read, written atomically, checked, merged from shards.
 
-It may import platform only.
+The one loader every command reads them through (load.py), atomic saves
+(checkpoint_io.py), where a checkpoint came from (provenance.py), which classes one may
+name (trusted_classes.py), sharded folders merged into one file (consolidate.py), and the
+pre-commit hook that keeps weights out of git (weight_files.py). It may import platform only.
 """

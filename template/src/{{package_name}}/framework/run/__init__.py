@@ -1,6 +1,5 @@
 # Managed by the template; local edits are merged on update.
-"""How a Trainer command runs: `fit`, `validate`, `test` and `predict`, from the command line
-to a built Trainer.
+"""How `fit`, `validate`, `test` and `predict` run, from the command line to a Trainer.
 
 Start at lightning_cli.py (`ProjectCLI`, LightningCLI with the project's defaults): it parses
 the config (resolve.py parses without running), refuses bad values, picks the run folder

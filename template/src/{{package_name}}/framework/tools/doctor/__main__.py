@@ -1,5 +1,5 @@
 # Managed by the template; local edits are merged on update.
-"""`python -m <package>.doctor`: the entry pre-commit calls, without importing torch first."""
+"""`python -m <package>.framework.tools.doctor`: the entry pre-commit calls, without importing torch first."""
 
 import sys
 
