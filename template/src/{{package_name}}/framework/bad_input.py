@@ -19,7 +19,6 @@ from typing import Any, TypeGuard
 
 from jsonargparse import Namespace
 
-from .inspect_ckpt import load_checkpoint
 from .loaders import LoaderOptions
 from .paths import project_path
 from .refusal import Refusal
@@ -126,11 +125,14 @@ def check_training_length(trainer_config: Any) -> None:
 
 
 def check_weights_file(path: Path, flag: str) -> None:
-    """A `.ckpt` or `.safetensors` file that can be read, before the run starts."""
+    """A `.ckpt` or `.safetensors` file that can be read, before the run starts.
+
+    A `.ckpt` file is read (and a damaged one refused) by the run plan, which keeps its
+    weights for the fit (run_plan.py); a safetensors file's header is read here.
+    """
     if not path.is_file():
         raise Refusal(f"{flag} {path}: no such file. Check the path.")
     if path.suffix != ".safetensors":
-        load_checkpoint(path)
         return
     from safetensors import SafetensorError, safe_open
 
