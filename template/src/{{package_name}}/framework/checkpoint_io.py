@@ -47,6 +47,13 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         """
         self._preloaded = (Path(path).absolute(), checkpoint)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """A process started with a copy of this plugin (`ddp_spawn`) reads the file itself:
+        a preloaded checkpoint is not pickled into it (a copy per process)."""
+        state = self.__dict__.copy()
+        state.pop("_preloaded", None)
+        return state
+
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any | None = None
     ) -> None:

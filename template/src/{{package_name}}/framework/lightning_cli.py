@@ -2,9 +2,12 @@
 """`ProjectCLI`: LightningCLI with the project's defaults, run layout and checks.
 
 It is what `python -m <package> fit|validate|test|predict` runs (cli.py dispatches to it).
-Only LightningCLI's public hooks are used: `add_arguments_to_parser` (options, links),
-`parse_arguments` (paths), `instantiate_trainer` (the checkpoint folder, the progress-bar
-flag, `--init_from`) and the `before_<command>` / `after_<command>` methods. Every callback
+LightningCLI's public hooks are used: `add_arguments_to_parser` (options, links),
+`parse_arguments` (paths, the run plan: run_plan.py), `instantiate_trainer` (the checkpoint
+folder, the progress-bar flag, `--init_from`) and the `before_<command>` / `after_<command>`
+methods; one private method is replaced, `_parse_ckpt_path`, so that LightningCLI takes the
+checkpoint's hyperparameters from the plan instead of reading the file again
+(private_apis.py says more). Every callback
 and plugin of a run is named in the config (`fit --print_config` prints them); the CLI
 adds none but `InitFromWeights`, which `--init_from` asks for, and LightningCLI's saver
 of the config (`RunConfigSaver`, which needs the parser, so no config entry can name it).
@@ -138,6 +141,7 @@ class ProjectCLI(LightningCLI):
             self._init(args, **kwargs)
         finally:
             forget_handed_down()
+            self._plan = None  # a plan serves one command (its checkpoint, if still held)
             if self._recorded is not None:
                 record_end(self._recorded, time.monotonic() - started, sys.exc_info()[0])
 
