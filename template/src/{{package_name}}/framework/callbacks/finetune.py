@@ -65,17 +65,27 @@ class InitFromWeights(L.Callback):
     Args:
         path: a `.ckpt` or `.safetensors` file.
         freeze: names of submodules (as in `model.named_modules()`) to freeze.
+        weights: the file's weights when they have been read already; else read at setup.
     """
 
-    def __init__(self, path: str | Path, freeze: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        freeze: list[str] | None = None,
+        weights: dict[str, torch.Tensor] | None = None,
+    ) -> None:
         self.path = Path(path)
         self.freeze = freeze or []
         self.report: dict[str, Any] = {}
+        self._weights = weights  # the file's, read already (the run plan); let go once loaded
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if stage != "fit":
             return
-        self.report = load_matching(pl_module, read_weights(self.path))
+        weights, self._weights = self._weights, None
+        if weights is None:
+            weights = read_weights(self.path)
+        self.report = load_matching(pl_module, weights)
         lines = [f"--init_from {self.path}: {len(self.report['matched'])} tensors loaded"]
         for kind in ("missing", "unexpected", "shape_mismatched"):
             if self.report[kind]:

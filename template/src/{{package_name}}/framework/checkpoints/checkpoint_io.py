@@ -12,6 +12,11 @@ behind (`.save.<owner>.<random>.partial`), which the next save into that folder 
 once its process is gone. The file
 gets the permissions any file the process writes gets (the umask), like the run's logs,
 not the owner-only 0600 of a temporary file.
+
+Loads go through `load_checkpoint` (inspect_ckpt.py), and warn where the checkpoint's
+code or versions differ from this run's (provenance.py). A checkpoint the command has
+read already (run_plan.py) is handed over with `preload` and given back to the
+Trainer's load of that path instead of a second read of the file.
 """
 
 import hashlib
@@ -31,6 +36,23 @@ from .provenance import warn_if_environment_differs
 
 class AtomicCheckpointIO(TorchCheckpointIO):
     """Atomic local saves (temp file, flush, fsync, rename); remote paths are left to fsspec."""
+
+    _preloaded: tuple[Path, dict[str, Any]] | None = None
+
+    def preload(self, path: str | Path, checkpoint: dict[str, Any]) -> None:
+        """Give `checkpoint`, read from `path` already, to the next load instead of the file.
+
+        Held for that one load only, whichever path it asks for: Lightning then owns the
+        dict (and frees it once restored); it may change it, as it migrates old formats.
+        """
+        self._preloaded = (Path(path).absolute(), checkpoint)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A process started with a copy of this plugin (`ddp_spawn`) reads the file itself:
+        a preloaded checkpoint is not pickled into it (a copy per process)."""
+        state = self.__dict__.copy()
+        state.pop("_preloaded", None)
+        return state
 
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: str | Path, storage_options: Any | None = None
@@ -60,9 +82,13 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def load_checkpoint(
         self, path: str | Path, map_location: Any = None, weights_only: bool | None = None
     ) -> dict[str, Any]:
+        preloaded, self._preloaded = self._preloaded, None
         if "://" in str(path):
             return super().load_checkpoint(path, map_location, weights_only=True)
-        checkpoint = load_checkpoint(Path(path))
+        if preloaded is not None and preloaded[0] == Path(path).absolute():
+            checkpoint = preloaded[1]
+        else:
+            checkpoint = load_checkpoint(Path(path))
         warn_if_environment_differs(checkpoint.get("provenance"), path)
         return checkpoint
 

@@ -129,11 +129,14 @@ def check_weights_fit(model: torch.nn.Module, checkpoint: dict[str, Any], path: 
 
 
 def check_weights_file(path: Path, flag: str) -> None:
-    """A `.ckpt` or `.safetensors` file that can be read, before the run starts."""
+    """A `.ckpt` or `.safetensors` file that can be read, before the run starts.
+
+    A `.ckpt` file is read (and a damaged one refused) by the run plan, which keeps its
+    weights for the fit (run/run_plan.py); a safetensors file's header is read here.
+    """
     if not path.is_file():
         raise Refusal(f"{flag} {path}: no such file. Check the path.")
     if path.suffix != ".safetensors":
-        load_checkpoint(path)
         return
     from safetensors import SafetensorError, safe_open
 

@@ -47,11 +47,17 @@ training run in some odd way.
   on this Python and which `torch.compile(mode=...)` names this torch knows; torch.compile's
   own docstring points at `torch._inductor.list_mode_options()` for the list.
 
-One private Lightning method is overridden rather than called, so it cannot live here:
-`ExperimentWriter._check_log_dir_exists` (loggers.py). Lightning's CSV writer calls it
-from `__init__` and deletes an existing `metrics.csv` there; `ContinuingWriter` overrides
-it to keep the rows of the run it resumes. The same test file pins that Lightning still
-calls it, and that the override then appends.
+Two private Lightning methods are overridden rather than called, so they cannot live here:
+
+- `ExperimentWriter._check_log_dir_exists` (loggers.py). Lightning's CSV writer calls it
+  from `__init__` and deletes an existing `metrics.csv` there; `ContinuingWriter`
+  overrides it to keep the rows of the run it resumes. The same test file pins that
+  Lightning still calls it, and that the override then appends.
+- `LightningCLI._parse_ckpt_path` (lightning_cli.py). LightningCLI calls it after parsing
+  and loads the whole `--ckpt_path` file there (every tensor into memory) only to apply
+  its hyperparameters to `model:`; ProjectCLI applies them, the same way, from the
+  checkpoint its run plan read once (run_plan.py). The same test file pins that
+  Lightning still calls it, and that its own reading gives the same config.
 """
 
 from types import CodeType

@@ -18,7 +18,7 @@ replace the config's `model:` section, command-line flags included, without a wo
   the checkpoint is warned: a learning-rate schedule made for the run's length continues
   from its saved state, so the rate jumps, or rises again past the old end.
 
-`--ckpt_path last` is read the same way (the CLI turns it into `<root>/checkpoints/last.ckpt`).
+`--ckpt_path last` and `best` are read the same way (run_plan.py turns them into files).
 
 The data goes with the model: LightningCLI rebuilds only the model, so a run trained with
 classes named on the command line (`--model pkg.mine.Bert --data pkg.mine.Tokens`) and
@@ -36,6 +36,7 @@ It is taken from the run's resolved config instead, which every checkpoint the C
 records (provenance.py); `export` rebuilds from both the same way.
 """
 
+import copy
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -45,42 +46,11 @@ import yaml
 from jsonargparse import ArgumentParser, Namespace
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
-from ..checkpoints.consolidate import one_process_checkpoint
-from ..checkpoints.load import is_sharded, load_checkpoint
 from ..checkpoints.trusted_classes import DATA_SECTIONS, named_in, refuse_untrusted
-from ..platform.paths import RunLayout, project_path
 from ..platform.refusal import Refusal
 from ..platform.yaml_guard import UnsafeYaml, load_yaml
 
 _ABSENT = "(not set)"
-LIGHTNING_NAMES = ("best", "hpc", "registry")  # --ckpt_path values Lightning resolves itself
-
-
-def checkpoint_file(command: str, config: Namespace, layout: RunLayout) -> Path | None:
-    """The file the command's `--ckpt_path` names, None for a name Lightning resolves, a
-    remote path, or a folder Lightning reads.
-
-    `last` is `<root>/checkpoints/last.ckpt` when it exists (else Lightning warns and
-    starts from scratch); a relative path is relative to the project; a missing file
-    stops here, before any work. A folder of shards (an FSDP2 checkpoint) is left to a
-    strategy that reads shards, else gathered into a temporary file (consolidate.py).
-    """
-    ckpt_path = config.get("ckpt_path")
-    if not ckpt_path or "://" in ckpt_path or ckpt_path.split(":")[0] in LIGHTNING_NAMES:
-        return None
-    if ckpt_path == "last" and not layout.last.exists():
-        return None
-    path = layout.last if ckpt_path == "last" else project_path(ckpt_path)
-    if not path.exists():
-        raise Refusal(
-            f"--ckpt_path {ckpt_path}: no such file ({path}). Give a checkpoint file, "
-            "or `last` / `best` for the newest run of the experiment (or the run in "
-            "--trainer.default_root_dir)."
-        )
-    if is_sharded(path):
-        return one_process_checkpoint(command, path, config.trainer.get("strategy"))
-    return path if path.is_file() else None  # another kind of folder: Lightning's
-
 
 # A checkpoint's hyperparameter sections -> the config section each was made from.
 CONFIG_SECTIONS = {"hyper_parameters": "model", "datamodule_hyper_parameters": "data"}
@@ -154,11 +124,25 @@ def checkpoint_data(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
     return {"_class_path": section["class_path"], **(init_args or {})}
 
 
+def saved_model_section(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
+    """The checkpoint's hyperparameters as LightningCLI applies them to `model:` when it
+    reads `--ckpt_path` (its `_parse_ckpt_path`): a class with `_class_path`, its
+    arguments as `dict_kwargs`; None without any. A copy: the checkpoint stays as read."""
+    hparams = copy.deepcopy(dict(checkpoint.get("hyper_parameters") or {}))
+    hparams.pop("_instantiator", None)
+    if not hparams:
+        return None
+    if "_class_path" in hparams:
+        return {"class_path": hparams.pop("_class_path"), "dict_kwargs": hparams}
+    return hparams
+
+
 class CheckpointHparams:
     """The model and data sections before the checkpoint is applied, and the flags typed."""
 
-    def __init__(self, command: str, config: Namespace, path: Path, args: Any) -> None:
-        checkpoint = load_checkpoint(path)
+    def __init__(
+        self, command: str, config: Namespace, path: Path, checkpoint: dict[str, Any], args: Any
+    ) -> None:
         words = args if isinstance(args, list) else sys.argv[1:]
         self.explicit = {section: explicit_keys(words, section) for section in SECTIONS}
         self.data = _data_to_rebuild(checkpoint, config.get("data"), self.explicit["data"])
@@ -174,6 +158,7 @@ class CheckpointHparams:
             sections=("hyper_parameters", *(DATA_SECTIONS if self.data is not None else ())),
         )
         self.command, self.path = command, path
+        self.saved = saved_model_section(checkpoint)
         self.recorded = recorded_arguments(checkpoint)
         self.class_path = (checkpoint.get("hyper_parameters") or {}).get("_class_path")
         self.run_length = recorded_run_length(checkpoint)
@@ -183,6 +168,18 @@ class CheckpointHparams:
             model=_copy(config.model), data=_copy(config.get("data"))
         )
         self.before = self.before_config.model
+
+    def apply_saved(self, parser: ArgumentParser, config: Namespace) -> Namespace:
+        """The full config with the checkpoint's hyperparameters applied to `model:`, as
+        LightningCLI applies them from the file (ProjectCLI has it take them from here)."""
+        if self.saved is None:
+            return config
+        try:
+            applied: Namespace = parser.parse_object({self.command: {"model": self.saved}}, config)
+        except SystemExit:
+            sys.stderr.write("Parsing of ckpt_path hyperparameters failed!\n")
+            raise
+        return applied
 
     def apply_recorded(self, parser: ArgumentParser, config: Namespace) -> Namespace:
         """The full config, with what the hyperparameters lack taken from the recorded config,

@@ -2,9 +2,12 @@
 """`ProjectCLI`: LightningCLI with the project's defaults, run layout and checks.
 
 It is what `python -m <package> fit|validate|test|predict` runs (cli.py dispatches to it).
-Only LightningCLI's public hooks are used: `add_arguments_to_parser` (options, links),
-`parse_arguments` (paths), `instantiate_trainer` (the checkpoint folder, the progress-bar
-flag, `--init_from`) and the `before_<command>` / `after_<command>` methods. Every callback
+LightningCLI's public hooks are used: `add_arguments_to_parser` (options, links),
+`parse_arguments` (paths, the run plan: run_plan.py), `instantiate_trainer` (the checkpoint
+folder, the progress-bar flag, `--init_from`) and the `before_<command>` / `after_<command>`
+methods; one private method is replaced, `_parse_ckpt_path`, so that LightningCLI takes the
+checkpoint's hyperparameters from the plan instead of reading the file again
+(private_apis.py says more). Every callback
 and plugin of a run is named in the config (`fit --print_config` prints them); the CLI
 adds none but `InitFromWeights`, which `--init_from` asks for, and LightningCLI's saver
 of the config (`RunConfigSaver`, which needs the parser, so no config entry can name it).
@@ -32,7 +35,7 @@ from lightning.pytorch.utilities.model_helpers import is_overridden
 
 from ..callbacks.finetune import InitFromWeights
 from ..callbacks.predictions import PredictionWriter
-from ..checkpoints.load import check_weights_file, check_weights_fit, load_checkpoint
+from ..checkpoints.load import check_weights_file, check_weights_fit
 from ..checkpoints.provenance import CheckpointProvenance
 from ..platform.bad_input import refuse_bad_input
 from ..platform.paths import (
@@ -45,7 +48,7 @@ from ..platform.paths import (
 )
 from ..platform.refusal import Refusal
 from ..platform.yaml_guard import checked_config_words, guard_jsonargparse_yaml
-from .checkpoint_hparams import CheckpointHparams, checkpoint_file
+from .checkpoint_hparams import CheckpointHparams
 from .precision import trainer_kwargs_for_accelerator
 from .run_folders import (
     claim_fresh,
@@ -56,6 +59,7 @@ from .run_folders import (
     planned_root,
 )
 from .run_length import ProjectTrainer
+from .run_plan import RunPlan, plan_checkpoint
 from .run_record import continue_loggers, record_end, record_invocation
 from .run_root import claim_run_root, is_launching_process
 
@@ -125,6 +129,7 @@ class ProjectCLI(LightningCLI):
       loader checks and monitor check are entries of configs/default.yaml, each removable.
     """
 
+    _plan: RunPlan | None = None  # the command's checkpoint, read once (run_plan.py)
     _checkpoint_hparams: CheckpointHparams | None = None
     _planned_root: bool = False  # no root was given: run_folders.py chose it
     _fresh_root: bool = False  # the run root is a new folder, claimed before instantiation
@@ -136,6 +141,7 @@ class ProjectCLI(LightningCLI):
             self._init(args, **kwargs)
         finally:
             forget_handed_down()
+            self._plan = None  # a plan serves one command (its checkpoint, if still held)
             if self._recorded is not None:
                 record_end(self._recorded, time.monotonic() - started, sys.exc_info()[0])
 
@@ -247,22 +253,28 @@ class ProjectCLI(LightningCLI):
             layout, self._planned_root = RunLayout(root), True
         config.trainer.default_root_dir = str(layout.root)
         _root_loggers(config.trainer.logger, layout.root)
-        if config.get("ckpt_path") == "best" and self.config.subcommand != "fit":
-            config.ckpt_path = str(_best_checkpoint(layout))
-        refuse_bad_input(self.config.subcommand, config)
-        if self.config.subcommand == "fit" and config.get("init_from"):
+        refuse_bad_input(command, config)
+        if command == "fit" and config.get("init_from"):
             check_weights_file(project_path(config.init_from), "--init_from")
-        checkpoint = checkpoint_file(self.config.subcommand, config, layout)
-        if checkpoint:
-            config.ckpt_path = str(checkpoint)
-        elif config.get("ckpt_path") and Path(config.ckpt_path).is_file():
-            # A name Lightning resolves (`best`, `last`, `hpc`) that is also a file in the
-            # working directory: LightningCLI reads that file's hyperparameters.
-            checkpoint = Path(config.ckpt_path)
-        if checkpoint:  # read (and the code it names checked) before LightningCLI reads it
+        self._plan = plan = plan_checkpoint(command, config, layout)
+        self._checkpoint_hparams = None
+        if plan.path is not None and plan.checkpoint is not None:
+            # The code it names is checked before LightningCLI applies its hyperparameters.
             self._checkpoint_hparams = CheckpointHparams(
-                self.config.subcommand, config, checkpoint, args
+                command, config, plan.path, plan.checkpoint, args
             )
+
+    def _parse_ckpt_path(self) -> None:
+        """LightningCLI's own read of `--ckpt_path`, from the run plan's checkpoint.
+
+        LightningCLI loads the whole file (every tensor into memory) to apply its
+        hyperparameters to `model:`; they come from the checkpoint the plan read instead,
+        applied the same way (private_apis.py names this override).
+        """
+        if self._checkpoint_hparams is None:
+            super()._parse_ckpt_path()
+            return
+        self.config = self._checkpoint_hparams.apply_saved(self.parser, self.config)
 
     def before_instantiate_classes(self) -> None:
         """Reconcile the checkpoint's hyperparameters, claim the run root, record the command.
@@ -285,8 +297,9 @@ class ProjectCLI(LightningCLI):
         claim_run_root(self.config.subcommand, layout, config.get("ckpt_path"))
         record_invocation(layout.root, [self.config.subcommand, *self._words])
         self._recorded = layout.root
-        if self.config.subcommand == "fit" and config.get("ckpt_path"):
-            continue_loggers(config.trainer.logger, project_path(config.ckpt_path))
+        plan = self._plan
+        if self.config.subcommand == "fit" and plan is not None and plan.checkpoint is not None:
+            continue_loggers(config.trainer.logger, plan.checkpoint)
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         config = self.config_init[self.subcommand]
@@ -312,8 +325,9 @@ class ProjectCLI(LightningCLI):
             if isinstance(callback, CheckpointProvenance):
                 callback.config_yaml = self._config_yaml()
         if config.get("init_from"):  # `init_from:` in the printed config names this file
+            weights = self._plan.take_init_weights() if self._plan is not None else None
             trainer.callbacks.append(  # type: ignore[attr-defined]
-                InitFromWeights(project_path(config.init_from), config.freeze)
+                InitFromWeights(project_path(config.init_from), config.freeze, weights)
             )
         return trainer
 
@@ -324,16 +338,16 @@ class ProjectCLI(LightningCLI):
         return text
 
     def before_fit(self) -> None:
-        self._check_weights()
+        self._check_and_hand_over()
 
     def before_validate(self) -> None:
-        self._check_weights()
+        self._check_and_hand_over()
 
     def before_test(self) -> None:
-        self._check_weights()
+        self._check_and_hand_over()
 
     def before_predict(self) -> None:
-        self._check_weights()
+        self._check_and_hand_over()
         self._set_predictions_format()
         method = self.config_init.predict.dataloader
         if method == "predict_dataloader" or self.datamodule is None:
@@ -369,21 +383,21 @@ class ProjectCLI(LightningCLI):
         for writer in writers:
             writer.format = chosen
 
-    def _check_weights(self) -> None:
-        """Names and shapes of the checkpoint's weights against the model's, before loading.
+    def _check_and_hand_over(self) -> None:
+        """Names and shapes of the checkpoint's weights against the model's, before loading;
+        then the checkpoint goes to the Trainer's load (RunPlan.hand_to).
 
         Skipped for a module that builds layers in `configure_model` (they do not exist
         yet) and for anything but a checkpoint file (a sharded folder, a missing path:
         Lightning reports those).
         """
-        config = self.config_init[self.subcommand]
-        ckpt_path = config.get("ckpt_path")
-        if not ckpt_path or is_overridden("configure_model", self.model, LightningModule):
+        plan = self._plan
+        if plan is None:
             return
-        layout = RunLayout(config.trainer.default_root_dir)
-        path = layout.last if ckpt_path == "last" else Path(ckpt_path)
-        if path.is_file():
-            check_weights_fit(self.model, load_checkpoint(path), path)
+        configured = is_overridden("configure_model", self.model, LightningModule)
+        if plan.path is not None and plan.checkpoint is not None and not configured:
+            check_weights_fit(self.model, plan.checkpoint, plan.path)
+        plan.hand_to(self.trainer)
 
     def after_fit(self) -> None:
         trainer, checkpoint = self.trainer, self.trainer.checkpoint_callback
@@ -484,21 +498,6 @@ def _root_loggers(logger_config: Any, root: Path) -> None:
         init_args = entry.get("init_args") if isinstance(entry, Namespace) else None
         if init_args is not None and "save_dir" in init_args and init_args.save_dir is None:
             init_args.save_dir = str(root)
-
-
-def _best_checkpoint(layout: RunLayout) -> Path:
-    """The best checkpoint recorded by ModelCheckpoint in `last.ckpt` of a finished run."""
-    if layout.last.is_file():
-        states = load_checkpoint(layout.last).get("callbacks", {})
-        for state in states.values():
-            best = Path(state.get("best_model_path") or "")
-            if best.name and best.is_file():
-                return best
-    raise Refusal(
-        f"--ckpt_path best: no best checkpoint is recorded in {layout.last}. Train "
-        "first with the same --trainer.default_root_dir, or pass a checkpoint file "
-        "(`--ckpt_path path/to/file.ckpt`, or `--ckpt_path last`)."
-    )
 
 
 @rank_zero_only

@@ -43,6 +43,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from ..platform.paths import DEFAULT_EXPERIMENT, EXPERIMENTS, RunLayout, project_path
 from ..platform.refusal import Refusal
+from .run_plan import names_newest_run, run_of_checkpoint
 from .run_root import is_launching_process
 
 PACKAGE = __package__.split(".")[0]
@@ -147,12 +148,11 @@ def planned_root(command: str, folder: Path, ckpt_path: str | None) -> tuple[Pat
     handed = os.environ.get(RUN_ROOT_VARIABLE)
     if handed and not is_launching_process():
         return Path(handed), False
-    if ckpt_path in ("last", "best"):
+    if names_newest_run(ckpt_path):
         return newest_run(folder, command, ckpt_path), False
-    if ckpt_path and "://" not in ckpt_path:
-        path = project_path(ckpt_path)
-        if path.parent.name == "checkpoints" and path.exists():
-            return path.parent.parent, False  # a run's checkpoint: the run goes on there
+    run = run_of_checkpoint(ckpt_path)
+    if run is not None:
+        return run, False  # a run's checkpoint: the run goes on there
     given = os.environ.get(RUN_NAME_VARIABLE)
     if given:
         return folder / check_run_name(given), False

@@ -78,7 +78,7 @@ def command_seconds(root: Path, command: str = "fit") -> float | None:
     return total if found else None
 
 
-def continue_loggers(logger_config: Any, checkpoint_path: Path) -> None:
+def continue_loggers(logger_config: Any, checkpoint: dict[str, Any]) -> None:
     """Point the configured loggers at the versions / run the checkpoint was logged to.
 
     The provenance record names each logger class with its version (CheckpointProvenance);
@@ -86,15 +86,13 @@ def continue_loggers(logger_config: Any, checkpoint_path: Path) -> None:
     recorded version that is not a plain name (`../..`) is not followed: loggers make a
     folder of it, and a checkpoint from elsewhere must not choose where the run writes.
     """
-    if not checkpoint_path.is_file():
-        return
     entries = logger_config if isinstance(logger_config, list) else [logger_config]
     entries = [
         entry for entry in entries if isinstance(entry, Namespace) and entry.get("init_args")
     ]
     if not entries:
         return
-    recorded = (load_checkpoint(checkpoint_path).get("provenance") or {}).get("loggers") or {}
+    recorded = (checkpoint.get("provenance") or {}).get("loggers") or {}
     for entry in entries:
         version = recorded.get(str(entry.get("class_path", "")).rsplit(".", 1)[-1])
         init_args = entry.init_args

@@ -37,6 +37,7 @@ from typing import IO
 
 from ..platform.paths import RunLayout
 from ..platform.refusal import Refusal
+from .run_plan import continues_run
 
 LOCK_NAME = ".run.lock"
 # Environment variables that give a process's rank under torchrun, Lightning's DDP
@@ -80,14 +81,15 @@ def claim_for_fit(layout: RunLayout, ckpt_path: str | None) -> None:
     """Refuse a second run into a root, or a root in use; then lock it.
 
     A resume counts as the same run when its checkpoint is `last` or lies in this root;
-    a checkpoint from elsewhere starts a new run here.
+    a checkpoint from elsewhere starts a new run here (run_plan.continues_run).
     """
     if not is_launching_process():
         return
-    resuming = ckpt_path == "last" or (
-        ckpt_path is not None and layout.root.resolve() in Path(ckpt_path).resolve().parents
-    )
-    if not resuming and _holds_a_run(layout) and not _slurm_requeue(layout):
+    if (
+        not continues_run(layout.root, ckpt_path)
+        and _holds_a_run(layout)
+        and not _slurm_requeue(layout)
+    ):
         raise Refusal(
             f"{layout.root} already holds a run (checkpoints in {layout.checkpoints}); "
             "a new fit there would overwrite them. To continue that run, add `--ckpt_path "
