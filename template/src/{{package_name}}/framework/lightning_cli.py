@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 import yaml
 from jsonargparse import Namespace
@@ -34,6 +34,7 @@ from .bad_input import refuse_bad_input
 from .checkpoint_hparams import CheckpointHparams, checkpoint_file
 from .finetune import InitFromWeights
 from .inspect_ckpt import check_weights_fit, load_checkpoint
+from .parse_errors import one_paragraph
 from .paths import (
     DEFAULT_CONFIG,
     DEFAULT_EXPERIMENT,
@@ -82,11 +83,20 @@ class ErrorOnlyParser(LightningArgumentParser):
 
     jsonargparse prints the whole usage of the command (some 70 lines for `fit`) before
     "error: unrecognized arguments: --trainer.max_epoch 3"; the error then scrolls out of
-    sight. `--help` still prints the usage with the help.
+    sight. `--help` still prints the usage with the help. A value its type refuses
+    (`--data.num_workers -1` against `NonNegativeInt | Literal["auto"]`) is one paragraph
+    naming the option, the value and the type it takes (parse_errors.py), not the tree of
+    every type jsonargparse tried.
     """
 
     def print_usage(self, file: object = None) -> None:
         return  # jsonargparse calls it only on an error (argparse's help prints its own)
+
+    def error(self, message: str, ex: Exception | None = None) -> NoReturn:
+        if self.exit_on_error:  # the parser that reports; nested ones raise to it
+            parser = getattr(ex, "subcommand_parser", None) or self
+            message = one_paragraph(message, parser.prog.replace(" [options]", ""))
+        super().error(message, ex)
 
 
 class ProjectCLI(LightningCLI):
