@@ -76,7 +76,8 @@ def dataloader_workers(context: Context) -> Result:
     plan = context.plan
     processes = (plan.devices_per_node or 1) if plan.distributed else 1
     cpus = context.machine.cpus
-    if int(workers) < 0 or int(workers) * processes > cpus:
+    # A count below 0 never gets here: parsing the config refused it (bad_input.py).
+    if int(workers) * processes > cpus:
         return failed(
             f"num_workers: {workers} x {processes} training process(es) = "
             f"{int(workers) * processes} loader processes for {cpus} usable CPU cores: "
