@@ -43,7 +43,7 @@ from .paths import (
     project_path,
     unused_name,
 )
-from .precision import trainer_kwargs_for_accelerator
+from .precision import check_built_trainer, lightning_refusals
 from .predictions import PredictionWriter
 from .provenance import CheckpointProvenance
 from .refusal import Refusal
@@ -121,8 +121,8 @@ class ProjectCLI(LightningCLI):
     - After `fit`, the best checkpoint is tested when the module and data define a test
       step (`--test_after_fit false` to skip), then a summary is printed.
     - `predict --dataloader val_dataloader` predicts another split of the DataModule.
-    - Precision and strategy are checked against the accelerator before the Trainer is
-      built (`precision.py`): real float16 on CPU, a clear stop for what cannot run here.
+    - The Trainer Lightning built is checked before any work (`precision.py`): its
+      refusals as one paragraph, real float16 on CPU, a clear stop for what cannot run here.
     - Every checkpoint carries the resolved config in its provenance record
       (CheckpointProvenance, when the callbacks list names it); a resumed wandb run
       continues the same run id.
@@ -298,8 +298,6 @@ class ProjectCLI(LightningCLI):
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         config = self.config_init[self.subcommand]
-        # Lightning's own precision flag, resolved as it says (16-mixed on CPU: float16).
-        kwargs.update(trainer_kwargs_for_accelerator({**config.trainer, **kwargs}))
         if config.trainer.get("enable_progress_bar") is False:
             # The flag that turns Lightning's own bar off turns off the one the callbacks
             # list names too (ThrottledProgressBar in default.yaml); Lightning would refuse
@@ -307,7 +305,12 @@ class ProjectCLI(LightningCLI):
             config.trainer.callbacks = [
                 c for c in _listed(config.trainer.callbacks) if not isinstance(c, ProgressBar)
             ]
-        trainer = super().instantiate_trainer(**kwargs)
+        # Lightning resolves accelerator, devices, strategy and precision as it builds the
+        # Trainer; the guard checks what it built, before any work (precision.py).
+        settings = {**config.trainer, **kwargs}
+        with lightning_refusals(settings):
+            trainer = super().instantiate_trainer(**kwargs)
+        check_built_trainer(trainer, settings)
         # `dirpath: null` means `<root>/checkpoints` (said next to each ModelCheckpoint in
         # configs/default.yaml), not Lightning's `<root>/<logger>/version_N/checkpoints`:
         # one fixed folder, so `--ckpt_path last` of a rerun finds last.ckpt.
