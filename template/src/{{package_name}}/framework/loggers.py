@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from lightning.fabric.loggers.logger import rank_zero_experiment
+from lightning.fabric.utilities.cloud_io import get_filesystem
 from lightning.pytorch import loggers
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.utilities import rank_zero_only
 
-from .private_apis import flat_hyperparameters
+from .private_apis import flat_hyperparameters, kept_experiment
 
 
 class ContinuingWriter(ExperimentWriter):
@@ -31,8 +32,10 @@ class ContinuingWriter(ExperimentWriter):
     def _check_log_dir_exists(self) -> None:
         # Lightning's version warns and deletes metrics.csv; this one reads its header, so
         # new rows are appended under the same columns (and new columns rewrite the header).
-        if self._fs.isfile(self.metrics_file_path):
-            with self._fs.open(self.metrics_file_path, "r", newline="") as file:
+        # Through the filesystem Lightning writes with (fsspec: a local or a remote folder).
+        fs = get_filesystem(self.metrics_file_path)
+        if fs.isfile(self.metrics_file_path):
+            with fs.open(self.metrics_file_path, "r", newline="") as file:
                 self.metrics_keys = next(csv.reader(file), [])
 
 
@@ -43,10 +46,11 @@ class CSVLogger(loggers.CSVLogger):
     @property
     @rank_zero_experiment
     def experiment(self) -> ExperimentWriter:
-        if not isinstance(self._experiment, ContinuingWriter):  # None until the first log
-            self._fs.makedirs(self.root_dir, exist_ok=True)
-            self._experiment = ContinuingWriter(log_dir=self.log_dir)
-        return self._experiment
+        return kept_experiment(self, ContinuingWriter, self._writer)
+
+    def _writer(self) -> ContinuingWriter:
+        get_filesystem(self.root_dir).makedirs(self.root_dir, exist_ok=True)
+        return ContinuingWriter(log_dir=self.log_dir)
 
 
 class TensorBoardLogger(loggers.TensorBoardLogger):
