@@ -65,6 +65,23 @@ class WandbLogger(loggers.WandbLogger):
         super().__init__(save_dir=save_dir or os.getcwd(), **kwargs)
 
 
+# mlflow.set_tracking_uri, which Lightning's logger calls with the URI it was given, also
+# writes that URI into os.environ["MLFLOW_TRACKING_URI"] (for subprocesses to inherit). Read
+# back by the next MLFlowLogger of this process, it would pass for the user's setting and
+# send a second fit into the first one's store. The URIs handed to Lightning are kept here,
+# and the variable counts only with a value none of them wrote: the user's.
+_HANDED_TO_MLFLOW: set[str] = set()
+_USERS_TRACKING_URI = {"value": os.environ.get("MLFLOW_TRACKING_URI")}
+
+
+def users_tracking_uri() -> str | None:
+    """`MLFLOW_TRACKING_URI` as the user set it (or not), whatever MLflow wrote there since."""
+    current = os.environ.get("MLFLOW_TRACKING_URI")
+    if current not in _HANDED_TO_MLFLOW:  # set, changed or removed by the user
+        _USERS_TRACKING_URI["value"] = current
+    return _USERS_TRACKING_URI["value"]
+
+
 class MLFlowLogger(loggers.MLFlowLogger):
     """Lightning's MLflow logger, storing runs in `<save_dir>/mlflow.db` unless told otherwise.
 
@@ -85,7 +102,8 @@ class MLFlowLogger(loggers.MLFlowLogger):
         artifact_location: str | None = None,
         **kwargs: Any,
     ) -> None:
-        tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+        users = users_tracking_uri()  # looked at by every logger, before MLflow writes it
+        tracking_uri = tracking_uri or users
         # `rank` is set on the function by Lightning, which its overloads do not declare.
         if not tracking_uri and rank_zero_only.rank > 0:  # type: ignore[attr-defined]
             # Lightning's logger opens its store when built, on every process; only rank 0
@@ -97,6 +115,7 @@ class MLFlowLogger(loggers.MLFlowLogger):
             folder.mkdir(parents=True, exist_ok=True)  # SQLite makes the file, not its folder
             tracking_uri = f"sqlite:///{(folder / 'mlflow.db').as_posix()}"
             artifact_location = artifact_location or (folder / "mlartifacts").as_uri()
+        _HANDED_TO_MLFLOW.add(tracking_uri)
         super().__init__(
             save_dir=save_dir,
             tracking_uri=tracking_uri,
