@@ -85,7 +85,7 @@ class Plan:
     distributed: bool
     precision: str  # what the run trains in, in Lightning's long form ("16-mixed")
     precision_plugin: Any  # the trainer.plugins entry that sets precision, or None
-    cpu_fp16: bool  # 16-mixed on CPU: the guard adds MixedPrecision(device="cpu") + GradScaler
+    cpu_fp16: bool  # 16-mixed on CPU: the guard sets MixedPrecision(device="cpu") + GradScaler
     refusals: tuple[Unrunnable, ...]  # empty when the run may start
 
 
