@@ -20,6 +20,7 @@ from typing import Any, Literal
 import lightning as L
 import numpy as np
 import torch
+from jsonargparse.typing import NonNegativeInt, PositiveInt
 from torch.utils.data import Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
@@ -108,6 +109,10 @@ def shift_and_turn(images: torch.Tensor, max_shift: int = 2) -> torch.Tensor:
 class GratingsDataModule(L.LightningDataModule):
     """Generates the gratings once under `data_dir`, then serves train/val/test splits.
 
+    The types of the arguments are what the command line accepts: jsonargparse's
+    `PositiveInt` and `NonNegativeInt` refuse `--data.batch_size 0` or a negative
+    `num_workers` while parsing, before anything is built.
+
     Args:
         data_dir: where the generated arrays live (relative paths are relative to the project).
         batch_size: samples per batch and per device.
@@ -125,8 +130,8 @@ class GratingsDataModule(L.LightningDataModule):
     def __init__(
         self,
         data_dir: str = "data/gratings",
-        batch_size: int = 64,
-        num_workers: int | Literal["auto"] = "auto",
+        batch_size: PositiveInt = 64,
+        num_workers: NonNegativeInt | Literal["auto"] = "auto",
         augment: bool = True,
         num_classes: int = 8,
         image_size: int = 32,
@@ -135,7 +140,7 @@ class GratingsDataModule(L.LightningDataModule):
         test_size: int = 1024,
         data_seed: int = 0,
         pin_memory: bool | Literal["auto"] = "auto",
-        prefetch_factor: int | None = None,
+        prefetch_factor: PositiveInt | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()

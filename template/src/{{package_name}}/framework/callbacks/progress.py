@@ -18,6 +18,7 @@ use another bar, put it in place of this entry (two bars are refused by Lightnin
 import time
 from typing import Any
 
+from jsonargparse.typing import NonNegativeFloat
 from lightning.pytorch.callbacks import TQDMProgressBar
 
 
@@ -29,7 +30,7 @@ class ThrottledProgressBar(TQDMProgressBar):
         kwargs: TQDMProgressBar's (`process_position`, `leave`); `refresh_rate` stays 1.
     """
 
-    def __init__(self, min_interval: float = 0.25, **kwargs: Any) -> None:
+    def __init__(self, min_interval: NonNegativeFloat = 0.25, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.min_interval = min_interval
         self._drawn_at = -float("inf")

@@ -16,12 +16,21 @@ Logged as `train/samples_per_sec`, `train/batches_per_sec` (over all processes),
 
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lightning as L
 import torch
+from jsonargparse.typing import restricted_number_type
 from lightning.fabric.utilities.throughput import Throughput, get_available_flops, measure_flops
 from lightning.pytorch.utilities import rank_zero_info
+
+# Lightning's meter needs two points to take a difference (it asserts so, at the first
+# step): the parser refuses a window of 1 instead. (mypy sees a type built at run time as
+# a variable, so it is told the int it is.)
+if TYPE_CHECKING:
+    AtLeastTwo = int
+else:
+    AtLeastTwo = restricted_number_type("AtLeastTwo", int, (">=", 2), docstring="int ≥2")
 
 
 class TrainingThroughput(L.Callback):
@@ -32,7 +41,7 @@ class TrainingThroughput(L.Callback):
             difference between the first and the last).
     """
 
-    def __init__(self, window: int = 2) -> None:
+    def __init__(self, window: AtLeastTwo = 2) -> None:
         self.window = window
         self.flops_per_sample: float | None = None
 

@@ -7,10 +7,19 @@ traceback (`batch_size 0`, a negative `num_workers`, a truncated `--init_from` f
 start what the machine cannot hold (`num_workers 1000` starts 1000 processes). Each check
 names the value, where it came from and the fix.
 
-Checks on the parsed config run before anything is built, for any DataModule whose
-arguments are named `batch_size` / `num_workers`; checks on the loaders run when the
-DataModule builds them (loader_hooks.py), for loaders of any kind. An unwritable run
-folder is refused by run_root.py.
+What a type can state is left to the type: the example DataModule's and `LoaderOptions`'
+arguments are jsonargparse's `PositiveInt` / `NonNegativeInt`, so the parser refuses
+`--data.batch_size 0` or a negative `num_workers` itself (one paragraph: parse_errors.py).
+What stays here is what no signature the framework owns can state:
+
+- the arguments of a DataModule of yours that are typed plain `int` (or not at all): the
+  parser lets any int through, so `check_data_arguments` applies the same rules to them,
+  by name, before anything is built;
+- more workers than CPUs, which depends on the machine: for the configured value here,
+  and for every loader your code builds when it is built (loader_hooks.py), whatever
+  its arguments are called.
+
+An unwritable run folder is refused by run_root.py.
 """
 
 import os
@@ -43,8 +52,14 @@ def available_cpus() -> int:
 
 
 def check_data_arguments(data_config: Any) -> None:
-    """`data.batch_size` of 1 or more; `data.num_workers` from 0 to the CPUs available; the
-    values `LoaderOptions` accepts for `num_workers`, `pin_memory` and `prefetch_factor`."""
+    """The DataModule's `batch_size`, `num_workers`, `pin_memory` and `prefetch_factor`.
+
+    Typed as the example's are, a bad value never gets here: the parser refused it. These
+    checks are for a DataModule whose signature takes plain ints (the parser accepts -1),
+    and for the worker count's bound, which depends on the machine: raised later, from the
+    DataModule's `__init__` (a `LoaderOptions`), the error would reach the user inside
+    jsonargparse's traceback, after the run folder is made.
+    """
     init_args = data_config.get("init_args") if isinstance(data_config, Namespace) else None
     if init_args is None:
         return
@@ -54,26 +69,21 @@ def check_data_arguments(data_config: Any) -> None:
             f"--data.batch_size {batch_size}: a batch holds at least one sample. Set "
             "it to 1 or more."
         )
-    workers = init_args.get("num_workers")
-    if _is_int(workers):
-        check_num_workers(workers, "--data.num_workers")
-    # LoaderOptions' own checks, for the arguments it takes that the DataModule names too:
-    # raised from the DataModule's __init__, the error would reach the user inside
-    # jsonargparse's traceback.
+    # LoaderOptions' own types, for the arguments it takes that the DataModule names too.
     given = {key: init_args[key] for key in LOADER_ARGUMENTS if key in init_args}
     try:
         LoaderOptions(**given)
     except ValueError as error:
         raise Refusal(f"in --data, {error}") from None
+    workers = init_args.get("num_workers")
+    if _is_int(workers):
+        check_num_workers(workers, "--data.num_workers")
 
 
 def check_num_workers(workers: int, where: str) -> None:
+    """At most the CPUs this process may use (a count below 0 is refused by its type, or by
+    torch's DataLoader)."""
     cpus = available_cpus()
-    if workers < 0:
-        raise Refusal(
-            f"{where} {workers}: the number of DataLoader worker processes cannot be "
-            "negative. Use 0 (load in the main process), a positive number, or `auto`."
-        )
     if workers > cpus:
         raise Refusal(
             f"{where} {workers}: more DataLoader worker processes than the {cpus} CPUs "
@@ -84,7 +94,12 @@ def check_num_workers(workers: int, where: str) -> None:
 
 
 def check_loader(loader: Any, hook: str) -> None:
-    """What only the built loader tells: its worker count, and whether training has batches."""
+    """What only the built loader tells: its worker count, and whether training has batches.
+
+    The worker count is checked here for any loader, as built: one your code builds with
+    a count of its own (not a DataModule argument) is seen nowhere else. The loader does
+    not tell where its count came from, so one checked at parse time passes again.
+    """
     workers = getattr(loader, "num_workers", None)
     if _is_int(workers):
         check_num_workers(workers, f"{hook}(): num_workers")

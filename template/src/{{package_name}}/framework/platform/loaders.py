@@ -8,8 +8,10 @@ A DataModule opts in with two lines; without them nothing changes:
 
 `StatefulDataLoader` (torchdata) takes DataLoader's arguments and also saves its position
 in checkpoints (see resume.py); `torch.utils.data.DataLoader` accepts the same kwargs.
-Bad values are refused when the options are built, i.e. while the command line is being
-instantiated, before any data is prepared.
+The arguments' types (jsonargparse's `NonNegativeInt`, `PositiveInt`) are the rules: a
+DataModule whose signature uses them, as the example's does, has a bad value refused by
+the parser, before anything is built; built in Python, `LoaderOptions` applies the same
+types to what it is given.
 """
 
 import sys
@@ -17,6 +19,7 @@ from typing import Any, Literal
 
 import lightning as L
 import torch
+from jsonargparse.typing import NonNegativeInt, PositiveInt
 from lightning.fabric.utilities.data import suggested_max_num_workers
 from lightning.pytorch.accelerators import CUDAAccelerator
 from lightning.pytorch.utilities import rank_zero_info
@@ -49,14 +52,40 @@ class LoaderOptions:
 
     def __init__(
         self,
-        num_workers: int | Auto = "auto",
+        num_workers: NonNegativeInt | Auto = "auto",
         pin_memory: bool | Auto = "auto",
-        prefetch_factor: int | None = None,
+        prefetch_factor: PositiveInt | None = None,
     ) -> None:
-        _check(num_workers, pin_memory, prefetch_factor)
-        self.num_workers = num_workers
+        # What the parser checks for a DataModule typed like this, for callers in Python.
+        if num_workers != "auto":
+            num_workers = _typed(
+                "num_workers",
+                num_workers,
+                NonNegativeInt,
+                "use 0 (load in the main process), a positive number of worker processes, "
+                "or 'auto' to fit the machine.",
+            )
+        if pin_memory != "auto" and not isinstance(pin_memory, bool):
+            raise ValueError(f"pin_memory={pin_memory!r} is not valid: use true, false or 'auto'.")
+        if prefetch_factor is not None:
+            prefetch_factor = _typed(
+                "prefetch_factor",
+                prefetch_factor,
+                PositiveInt,
+                "use a positive number of batches per worker, or leave it unset for torch's "
+                "default (2).",
+            )
+            # The one rule between two arguments, which no type of either can state; the
+            # same with num_workers "auto" resolved to 0 is refused in `kwargs`.
+            if num_workers == 0:
+                raise ValueError(
+                    f"prefetch_factor={prefetch_factor} needs worker processes, but "
+                    "num_workers=0. Set num_workers to 1 or more (or 'auto'), or leave "
+                    "prefetch_factor unset."
+                )
+        self.num_workers: int | Auto = num_workers
         self.pin_memory = pin_memory
-        self.prefetch_factor = prefetch_factor
+        self.prefetch_factor: int | None = prefetch_factor
         self._reported: dict[str, Any] | None = None
 
     def kwargs(self, trainer: L.Trainer | None = None) -> dict[str, Any]:
@@ -72,7 +101,7 @@ class LoaderOptions:
         pin = self.pin_memory
         if pin == "auto":
             pin = _trains_on_cuda(trainer)
-        if self.prefetch_factor is not None and workers == 0:
+        if self.prefetch_factor is not None and workers == 0:  # "auto" resolved to 0 here
             raise ValueError(
                 f"prefetch_factor={self.prefetch_factor} needs worker processes, but "
                 f"num_workers resolved to 0 (asked: {self.num_workers!r}). Set num_workers "
@@ -99,31 +128,13 @@ class LoaderOptions:
             logger.log_hyperparams({"dataloader": resolved})
 
 
-def _check(num_workers: object, pin_memory: object, prefetch_factor: object) -> None:
-    """Refuse values torch would reject later, or silently misread, with the fix."""
-    if num_workers != "auto" and (
-        isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0
-    ):
-        raise ValueError(
-            f"num_workers={num_workers!r} is not valid: use 0 (load in the main process), "
-            "a positive number of worker processes, or 'auto' to fit the machine."
-        )
-    if pin_memory != "auto" and not isinstance(pin_memory, bool):
-        raise ValueError(f"pin_memory={pin_memory!r} is not valid: use true, false or 'auto'.")
-    if prefetch_factor is not None and (
-        isinstance(prefetch_factor, bool)
-        or not isinstance(prefetch_factor, int)
-        or prefetch_factor < 1
-    ):
-        raise ValueError(
-            f"prefetch_factor={prefetch_factor!r} is not valid: use a positive number of "
-            "batches per worker, or leave it unset for torch's default (2)."
-        )
-    if prefetch_factor is not None and num_workers == 0:
-        raise ValueError(
-            f"prefetch_factor={prefetch_factor} needs worker processes, but num_workers=0. "
-            "Set num_workers to 1 or more (or 'auto'), or leave prefetch_factor unset."
-        )
+def _typed(name: str, value: object, kind: type[int], fix: str) -> int:
+    """`value` checked by jsonargparse's restricted type `kind` (as a plain int), or a
+    ValueError naming it and the fix."""
+    try:
+        return int(kind(value))  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}={value!r} is not valid: {fix}") from None
 
 
 def _auto_workers(local_processes: int) -> int:

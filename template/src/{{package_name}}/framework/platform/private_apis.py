@@ -35,6 +35,11 @@ training run in some odd way.
   sends (nested keys joined by `/`, by Lightning's own `_flatten_dict`). A continued
   MLflow run must leave out exactly the names it already holds, and a copy of the
   flattening rule would drift from the names Lightning logs.
+- `kept_experiment` (loggers.py): Lightning's CSV logger makes its `ExperimentWriter` in
+  its `experiment` property and keeps it in `_experiment`; no argument or hook chooses
+  the writer's class. The project's CSVLogger writes with `ContinuingWriter` (which keeps
+  the rows of the run it resumes), so it puts that writer where Lightning keeps its own,
+  and every method of Lightning's logger (log_metrics, save, finalize) uses it.
 - `restart_train_iterator` (resume.py): Lightning's fit loop makes the train loader's
   iterator before any callback's `on_train_start`, so one made before the loaders' saved
   states are loaded must be made again; the loop's `_data_fetcher` is the one handle on it
@@ -60,8 +65,9 @@ Two private Lightning methods are overridden rather than called, so they cannot 
   Lightning still calls it, and that its own reading gives the same config.
 """
 
+from collections.abc import Callable
 from types import CodeType
-from typing import Any
+from typing import Any, TypeVar
 
 import lightning as L
 import torch
@@ -78,6 +84,7 @@ __all__ = [
     "dynamo_supports_this_python",
     "flat_hyperparameters",
     "has_compiled_code",
+    "kept_experiment",
     "known_compile_modes",
     "loggers_write_after_this_batch",
     "nested_schedulers",
@@ -111,6 +118,19 @@ def skips_on_found_inf(optimizer: torch.optim.Optimizer) -> bool:
 def flat_hyperparameters(params: Any) -> dict[str, Any]:
     """Hyperparameters (a dict or Namespace, nested) as the flat names MLflow receives."""
     return _flatten_dict(_convert_params(params))
+
+
+Experiment = TypeVar("Experiment")
+
+
+def kept_experiment(
+    logger: Any, kind: type[Experiment], make: Callable[[], Experiment]
+) -> Experiment:
+    """The experiment object `logger` keeps, made by `make` unless it already is a `kind`."""
+    if not isinstance(logger._experiment, kind):  # None until the logger is first used
+        logger._experiment = make()
+    experiment: Experiment = logger._experiment
+    return experiment
 
 
 def nested_schedulers(scheduler: object) -> list[torch.optim.lr_scheduler.LRScheduler]:

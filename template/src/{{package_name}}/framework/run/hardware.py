@@ -1,14 +1,22 @@
 # Managed by the template; local edits are merged on update.
-"""Where and how a run trains, decided once: device kind, processes, precision, or a refusal.
+"""Where and how a run would train, as doctor predicts it; and what stops a run, for both.
 
-Two callers need the same answer before anything is built: the CLI's Trainer guard
-(`precision.py`) and doctor (checks DR003-DR009). When each decided on its own, they
-disagreed (doctor failed fp16 on CPU, which `fit` runs). `resolve` is a pure function of
-the trainer settings and a `Hardware` description, so the guard passes `probe()` and
-doctor passes the machine it probed, and a test can ask about a 4-GPU node on a laptop.
+`fit` does not resolve its settings here: Lightning's accelerator connector does, when the
+Trainer is built, and refuses what it knows cannot work; precision.py then checks the
+Trainer it built with `unrunnable_after_lightning`, the rules Lightning does not apply.
+
+doctor cannot ask Lightning: it answers for a machine described as data (a 4-GPU node,
+asked on a laptop; DR003-DR009) and builds nothing, and Lightning's connector probes the
+machine it runs on and builds the strategy. So `resolve` predicts, from the settings and a
+`Hardware`, what the connector will choose and refuse, then applies the same
+`unrunnable_after_lightning` to its prediction. This is the one place the framework
+resolves these settings a second time, and only for doctor; tests/framework/
+test_resolver.py holds it to Lightning: for every shipped preset and pair, doctor passes
+exactly when Lightning builds the Trainer and the guard lets it start, on the machine
+that runs the test.
 
 The settings come either as the parser's plain data (`class_path` / `init_args` dicts,
-doctor) or as the objects built from them (the guard); both read the same here.
+doctor) or as the objects built from them (fit); both read the same here.
 
 Importing this module does not import torch: doctor's static mode runs on every commit.
 """
@@ -53,7 +61,7 @@ def probe() -> Hardware:
 
 
 @dataclass(frozen=True)
-class Refusal:
+class Unrunnable:
     """A setting this machine cannot run: the flag, what is wrong, and what to pass instead."""
 
     flag: str  # the trainer key at fault, e.g. "precision"
@@ -77,8 +85,8 @@ class Plan:
     distributed: bool
     precision: str  # what the run trains in, in Lightning's long form ("16-mixed")
     precision_plugin: Any  # the trainer.plugins entry that sets precision, or None
-    cpu_fp16: bool  # 16-mixed on CPU: the guard adds MixedPrecision(device="cpu") + GradScaler
-    refusals: tuple[Refusal, ...]  # empty when the run may start
+    cpu_fp16: bool  # 16-mixed on CPU: the guard sets MixedPrecision(device="cpu") + GradScaler
+    refusals: tuple[Unrunnable, ...]  # empty when the run may start
 
 
 def resolve(trainer: Mapping[str, Any], hardware: Hardware) -> Plan:
@@ -100,9 +108,14 @@ def resolve(trainer: Mapping[str, Any], hardware: Hardware) -> Plan:
         precision = str(_argument(plugin, "precision") or "32-true")
     else:
         precision = flag or "32-true"
+    both = _flag_and_plugin(flag, plugin)
+    after = unrunnable_after_lightning(
+        device, precision, plugin, bool(trainer.get("sync_batchnorm")), hardware.cuda_bf16
+    )
     refusals = [
-        *_device_refusals(trainer, device, devices, per_node, available, strategy),
-        *_precision_refusals(device, precision, flag, plugin, hardware),
+        *_device_refusals(device, devices, per_node, available, strategy, trainer),
+        *both,  # Lightning stops at the pair before it looks at the precision itself
+        *[refusal for refusal in after if not both or refusal.flag not in PRECISION_FLAGS],
         *_model_parallel_refusals(strategy, precision),
     ]
     return Plan(
@@ -116,6 +129,61 @@ def resolve(trainer: Mapping[str, Any], hardware: Hardware) -> Plan:
         cpu_fp16=plugin is None and precision == "16-mixed" and device == "cpu",
         refusals=tuple(refusals),
     )
+
+
+def device_kind(accelerator: Any) -> str:
+    """The kind of an accelerator Lightning built ("cpu", "cuda", "mps"), else its class name."""
+    names = _names(accelerator)
+    return next((ACCELERATOR_CLASSES[n] for n in names if n in ACCELERATOR_CLASSES), names[0])
+
+
+def unrunnable_after_lightning(
+    device: str, precision: str, plugin: Any, sync_batchnorm: bool, cuda_bf16: bool
+) -> list[Unrunnable]:
+    """What Lightning builds a Trainer for without a word, but `device` cannot run.
+
+    `precision` in Lightning's long form ("bf16-mixed"), `plugin` the precision plugin the
+    config names (None: Lightning's own from the flag). fit passes what Lightning built;
+    doctor what `resolve` predicts it will build.
+    """
+    found = []
+    if sync_batchnorm and device in ("cpu", "mps"):
+        found.append(
+            Unrunnable(
+                "sync_batchnorm",
+                "true",
+                f"torch's SyncBatchNorm runs on CUDA GPUs only, and this run is on {device!r}",
+                "Set it to false here (configs/presets/ddp.yaml); off CUDA each process keeps "
+                "its own BatchNorm statistics.",
+            )
+        )
+    key, value = ("plugins", _names(plugin)[0]) if plugin is not None else ("precision", precision)
+    plugin_device = str(_argument(plugin, "device") or device)
+    if plugin is not None and plugin_device != device and device != "gpu":
+        found.append(
+            Unrunnable(
+                "plugins",
+                value,
+                f"the precision plugin runs on device {plugin_device!r}, and training on {device!r}",
+                f"Set the plugin's `device: {device}`, or choose the matching accelerator.",
+            )
+        )
+    elif precision.startswith("bf16") and device == "cuda" and not cuda_bf16:
+        found.append(
+            Unrunnable(
+                key,
+                value,
+                "this GPU has no bfloat16 support (pre-Ampere: torch.cuda.is_bf16_supported() "
+                "is False)",
+                "Use configs/presets/fp16.yaml instead (--trainer.precision 16-mixed, float16 "
+                "with a GradScaler), or 32-true.",
+            )
+        )
+    elif precision.startswith("64") and device == "mps":
+        found.append(
+            Unrunnable(key, value, "Apple GPUs (MPS) have no float64", "Use 32-true, or CPU.")
+        )
+    return found
 
 
 def _device(flag: Any, hardware: Hardware) -> str:
@@ -150,17 +218,18 @@ def _device_ids(devices: Any) -> list[int]:
 
 
 def _device_refusals(
-    trainer: Mapping[str, Any],
     device: str,
     devices: Any,
     per_node: int | None,
     available: int | None,
     strategy: tuple[str, ...],
-) -> list[Refusal]:
+    trainer: Mapping[str, Any],
+) -> list[Unrunnable]:
+    """What Lightning's connector refuses when it builds the Trainer (predicted)."""
     found = []
     if available == 0:
         found.append(
-            Refusal(
+            Unrunnable(
                 "accelerator",
                 _names(trainer.get("accelerator"))[0],
                 f"no {'GPU' if device == 'gpu' else device.upper()} is visible here "
@@ -173,7 +242,7 @@ def _device_refusals(
     count = int(text) if text.lstrip("-").isdigit() else None
     if device == "cpu" and text != "auto" and not (count and count > 0):
         found.append(
-            Refusal(
+            Unrunnable(
                 "devices",
                 text,
                 "not a number of CPU processes (on CPU, devices counts processes: no ids, no -1)",
@@ -183,7 +252,7 @@ def _device_refusals(
         )
     elif count is not None and (count == 0 or count < -1):
         found.append(
-            Refusal(
+            Unrunnable(
                 "devices",
                 text,
                 f"not a number of {device} devices",
@@ -195,28 +264,18 @@ def _device_refusals(
         (per_node or 0) > available or any(i >= available for i in _device_ids(devices))
     ):
         found.append(
-            Refusal(
+            Unrunnable(
                 "devices",
                 text,
                 f"this machine has {available} {device} device(s)",
                 f"Use --trainer.devices {available} (or auto: all of them).",
             )
         )
-    if trainer.get("sync_batchnorm") and device in ("cpu", "mps"):
-        found.append(
-            Refusal(
-                "sync_batchnorm",
-                "true",
-                f"torch's SyncBatchNorm runs on CUDA GPUs only, and this run is on {device!r}",
-                "Set it to false here (configs/presets/ddp.yaml); off CUDA each process keeps "
-                "its own BatchNorm statistics.",
-            )
-        )
     # FSDP1 (FSDPStrategy, "fsdp*"): CUDA only. FSDP2 (fsdp2.yaml) also runs on CPU (gloo).
     fsdp = any(name == "FSDPStrategy" or name.startswith("fsdp") for name in strategy)
     if fsdp and device not in ("cuda", "gpu"):  # "gpu": refused above, no GPU at all
         found.append(
-            Refusal(
+            Unrunnable(
                 "strategy",
                 strategy[0],
                 "FSDP1 (Lightning's FSDPStrategy) shards a model across CUDA GPUs only, and this "
@@ -228,53 +287,29 @@ def _device_refusals(
     return found
 
 
-def _precision_refusals(
-    device: str, precision: str, flag: str | None, plugin: Any, hardware: Hardware
-) -> list[Refusal]:
-    if plugin is not None and flag is not None:
-        return [
-            Refusal(
-                "precision",
-                flag,
-                f"a precision plugin ({_names(plugin)[0]}) is set in trainer.plugins too, and "
-                "Lightning refuses both",
-                "Keep one: drop --trainer.precision when a preset adds a precision plugin.",
-            )
-        ]
-    key, value = ("plugins", _names(plugin)[0]) if plugin is not None else ("precision", precision)
-    plugin_device = str(_argument(plugin, "device") or device)
-    if plugin is not None and plugin_device != device and device != "gpu":
-        return [
-            Refusal(
-                "plugins",
-                value,
-                f"the precision plugin runs on device {plugin_device!r}, and training on {device!r}",
-                f"Set the plugin's `device: {device}`, or choose the matching accelerator.",
-            )
-        ]
-    if precision.startswith("bf16") and device == "cuda" and not hardware.cuda_bf16:
-        return [
-            Refusal(
-                key,
-                value,
-                "this GPU has no bfloat16 support (pre-Ampere: torch.cuda.is_bf16_supported() "
-                "is False)",
-                "Use configs/presets/fp16.yaml instead (--trainer.precision 16-mixed, float16 "
-                "with a GradScaler), or 32-true.",
-            )
-        ]
-    if precision.startswith("64") and device == "mps":
-        return [Refusal(key, value, "Apple GPUs (MPS) have no float64", "Use 32-true, or CPU.")]
-    return []
+def _flag_and_plugin(flag: str | None, plugin: Any) -> list[Unrunnable]:
+    """Lightning refuses a precision flag next to a precision plugin (predicted)."""
+    if plugin is None or flag is None:
+        return []
+    return [
+        Unrunnable(
+            "precision",
+            flag,
+            f"a precision plugin ({_names(plugin)[0]}) is set in trainer.plugins too, and "
+            "Lightning refuses both",
+            "Keep one: drop --trainer.precision when a preset adds a precision plugin.",
+        )
+    ]
 
 
-def _model_parallel_refusals(strategy: tuple[str, ...], precision: str) -> list[Refusal]:
-    """ModelParallelStrategy (FSDP2) takes no float16 with a GradScaler, and no float64."""
+def _model_parallel_refusals(strategy: tuple[str, ...], precision: str) -> list[Unrunnable]:
+    """ModelParallelStrategy (FSDP2) takes no float16 with a GradScaler, and no float64: Lightning
+    refuses the rest when it builds the Trainer (predicted)."""
     supported = ("32-true", "bf16-mixed", "bf16-true", "16-true")
     if not any(name in MODEL_PARALLEL_CLASSES for name in strategy) or precision in supported:
         return []
     return [
-        Refusal(
+        Unrunnable(
             "precision",
             precision,
             "FSDP2 (Lightning's ModelParallelStrategy) trains only in "

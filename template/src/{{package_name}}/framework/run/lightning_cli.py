@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 import yaml
 from jsonargparse import Namespace
@@ -49,7 +49,8 @@ from ..platform.paths import (
 from ..platform.refusal import Refusal
 from ..platform.yaml_guard import checked_config_words, guard_jsonargparse_yaml
 from .checkpoint_hparams import CheckpointHparams
-from .precision import trainer_kwargs_for_accelerator
+from .parse_errors import one_paragraph
+from .precision import check_built_trainer, lightning_refusals
 from .run_folders import (
     claim_fresh,
     experiment_config,
@@ -86,11 +87,20 @@ class ErrorOnlyParser(LightningArgumentParser):
 
     jsonargparse prints the whole usage of the command (some 70 lines for `fit`) before
     "error: unrecognized arguments: --trainer.max_epoch 3"; the error then scrolls out of
-    sight. `--help` still prints the usage with the help.
+    sight. `--help` still prints the usage with the help. A value its type refuses
+    (`--data.num_workers -1` against `NonNegativeInt | Literal["auto"]`) is one paragraph
+    naming the option, the value and the type it takes (parse_errors.py), not the tree of
+    every type jsonargparse tried.
     """
 
     def print_usage(self, file: object = None) -> None:
         return  # jsonargparse calls it only on an error (argparse's help prints its own)
+
+    def error(self, message: str, ex: Exception | None = None) -> NoReturn:
+        if self.exit_on_error:  # the parser that reports; nested ones raise to it
+            parser = getattr(ex, "subcommand_parser", None) or self
+            message = one_paragraph(message, parser.prog.replace(" [options]", ""))
+        super().error(message, ex)
 
 
 class ProjectCLI(LightningCLI):
@@ -115,8 +125,8 @@ class ProjectCLI(LightningCLI):
     - After `fit`, the best checkpoint is tested when the module and data define a test
       step (`--test_after_fit false` to skip), then a summary is printed.
     - `predict --dataloader val_dataloader` predicts another split of the DataModule.
-    - Precision and strategy are checked against the accelerator before the Trainer is
-      built (`precision.py`): real float16 on CPU, a clear stop for what cannot run here.
+    - The Trainer Lightning built is checked before any work (`precision.py`): its
+      refusals as one paragraph, real float16 on CPU, a clear stop for what cannot run here.
     - Every checkpoint carries the resolved config in its provenance record
       (CheckpointProvenance, when the callbacks list names it); a resumed wandb run
       continues the same run id.
@@ -303,8 +313,6 @@ class ProjectCLI(LightningCLI):
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         config = self.config_init[self.subcommand]
-        # Lightning's own precision flag, resolved as it says (16-mixed on CPU: float16).
-        kwargs.update(trainer_kwargs_for_accelerator({**config.trainer, **kwargs}))
         if config.trainer.get("enable_progress_bar") is False:
             # The flag that turns Lightning's own bar off turns off the one the callbacks
             # list names too (ThrottledProgressBar in default.yaml); Lightning would refuse
@@ -312,7 +320,12 @@ class ProjectCLI(LightningCLI):
             config.trainer.callbacks = [
                 c for c in _listed(config.trainer.callbacks) if not isinstance(c, ProgressBar)
             ]
-        trainer = super().instantiate_trainer(**kwargs)
+        # Lightning resolves accelerator, devices, strategy and precision as it builds the
+        # Trainer; the guard checks what it built, before any work (precision.py).
+        settings = {**config.trainer, **kwargs}
+        with lightning_refusals(settings):
+            trainer = super().instantiate_trainer(**kwargs)
+        check_built_trainer(trainer, settings)
         # `dirpath: null` means `<root>/checkpoints` (said next to each ModelCheckpoint in
         # configs/default.yaml), not Lightning's `<root>/<logger>/version_N/checkpoints`:
         # one fixed folder, so `--ckpt_path last` of a rerun finds last.ckpt.

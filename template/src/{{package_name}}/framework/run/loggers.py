@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from lightning.fabric.loggers.logger import rank_zero_experiment
+from lightning.fabric.utilities.cloud_io import get_filesystem
 from lightning.pytorch import loggers
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.utilities import rank_zero_only
 
-from ..platform.private_apis import flat_hyperparameters
+from ..platform.private_apis import flat_hyperparameters, kept_experiment
 
 
 class ContinuingWriter(ExperimentWriter):
@@ -31,8 +32,10 @@ class ContinuingWriter(ExperimentWriter):
     def _check_log_dir_exists(self) -> None:
         # Lightning's version warns and deletes metrics.csv; this one reads its header, so
         # new rows are appended under the same columns (and new columns rewrite the header).
-        if self._fs.isfile(self.metrics_file_path):
-            with self._fs.open(self.metrics_file_path, "r", newline="") as file:
+        # Through the filesystem Lightning writes with (fsspec: a local or a remote folder).
+        fs = get_filesystem(self.metrics_file_path)
+        if fs.isfile(self.metrics_file_path):
+            with fs.open(self.metrics_file_path, "r", newline="") as file:
                 self.metrics_keys = next(csv.reader(file), [])
 
 
@@ -43,10 +46,11 @@ class CSVLogger(loggers.CSVLogger):
     @property
     @rank_zero_experiment
     def experiment(self) -> ExperimentWriter:
-        if not isinstance(self._experiment, ContinuingWriter):  # None until the first log
-            self._fs.makedirs(self.root_dir, exist_ok=True)
-            self._experiment = ContinuingWriter(log_dir=self.log_dir)
-        return self._experiment
+        return kept_experiment(self, ContinuingWriter, self._writer)
+
+    def _writer(self) -> ContinuingWriter:
+        get_filesystem(self.root_dir).makedirs(self.root_dir, exist_ok=True)
+        return ContinuingWriter(log_dir=self.log_dir)
 
 
 class TensorBoardLogger(loggers.TensorBoardLogger):
@@ -59,6 +63,23 @@ class TensorBoardLogger(loggers.TensorBoardLogger):
 class WandbLogger(loggers.WandbLogger):
     def __init__(self, save_dir: str | None = None, **kwargs: Any) -> None:
         super().__init__(save_dir=save_dir or os.getcwd(), **kwargs)
+
+
+# mlflow.set_tracking_uri, which Lightning's logger calls with the URI it was given, also
+# writes that URI into os.environ["MLFLOW_TRACKING_URI"] (for subprocesses to inherit). Read
+# back by the next MLFlowLogger of this process, it would pass for the user's setting and
+# send a second fit into the first one's store. The URIs handed to Lightning are kept here,
+# and the variable counts only with a value none of them wrote: the user's.
+_HANDED_TO_MLFLOW: set[str] = set()
+_USERS_TRACKING_URI = {"value": os.environ.get("MLFLOW_TRACKING_URI")}
+
+
+def users_tracking_uri() -> str | None:
+    """`MLFLOW_TRACKING_URI` as the user set it (or not), whatever MLflow wrote there since."""
+    current = os.environ.get("MLFLOW_TRACKING_URI")
+    if current not in _HANDED_TO_MLFLOW:  # set, changed or removed by the user
+        _USERS_TRACKING_URI["value"] = current
+    return _USERS_TRACKING_URI["value"]
 
 
 class MLFlowLogger(loggers.MLFlowLogger):
@@ -81,7 +102,8 @@ class MLFlowLogger(loggers.MLFlowLogger):
         artifact_location: str | None = None,
         **kwargs: Any,
     ) -> None:
-        tracking_uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+        users = users_tracking_uri()  # looked at by every logger, before MLflow writes it
+        tracking_uri = tracking_uri or users
         # `rank` is set on the function by Lightning, which its overloads do not declare.
         if not tracking_uri and rank_zero_only.rank > 0:  # type: ignore[attr-defined]
             # Lightning's logger opens its store when built, on every process; only rank 0
@@ -93,6 +115,7 @@ class MLFlowLogger(loggers.MLFlowLogger):
             folder.mkdir(parents=True, exist_ok=True)  # SQLite makes the file, not its folder
             tracking_uri = f"sqlite:///{(folder / 'mlflow.db').as_posix()}"
             artifact_location = artifact_location or (folder / "mlartifacts").as_uri()
+        _HANDED_TO_MLFLOW.add(tracking_uri)
         super().__init__(
             save_dir=save_dir,
             tracking_uri=tracking_uri,

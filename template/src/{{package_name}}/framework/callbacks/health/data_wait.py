@@ -5,6 +5,7 @@ import time
 from typing import Any
 
 import lightning as L
+from jsonargparse.typing import ClosedUnitInterval
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_warn
 
@@ -22,7 +23,7 @@ class DataWaitMonitor(Callback):
         hint_above: the fraction above which the loader is the likely bottleneck.
     """
 
-    def __init__(self, hint_above: float = 0.2) -> None:
+    def __init__(self, hint_above: ClosedUnitInterval = 0.2) -> None:
         self.hint_above = hint_above
         self._hinted = False
         self._restart()

@@ -8,6 +8,7 @@ from typing import Any
 import lightning as L
 import torch
 import torch.nn.functional as F
+from jsonargparse.typing import PositiveInt
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
@@ -40,7 +41,7 @@ class FirstBatchCheck(Callback):
         max_images: images in the grid.
     """
 
-    def __init__(self, max_images: int = 16) -> None:
+    def __init__(self, max_images: PositiveInt = 16) -> None:
         self.max_images = max_images
         self._checked: set[str] = set()
 

@@ -3,6 +3,7 @@
 
 import lightning as L
 import torch
+from jsonargparse.typing import NonNegativeFloat, NonNegativeInt, PositiveFloat
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_warn
 from torch.distributed.tensor import DTensor
@@ -26,10 +27,10 @@ class GradientHealth(Callback):
 
     def __init__(
         self,
-        every_n_steps: int = 50,
+        every_n_steps: NonNegativeInt = 50,
         norm_type: float | str = 2.0,
-        explode_above: float = 1e3,
-        vanish_below: float = 1e-7,
+        explode_above: PositiveFloat = 1e3,
+        vanish_below: NonNegativeFloat = 1e-7,
     ) -> None:
         self.every_n_steps = every_n_steps
         self.norm_type = norm_type

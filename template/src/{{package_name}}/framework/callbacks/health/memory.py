@@ -5,6 +5,7 @@ from pathlib import Path
 
 import lightning as L
 import torch
+from jsonargparse.typing import PositiveInt
 from lightning.pytorch.accelerators import CUDAAccelerator
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
@@ -36,7 +37,7 @@ class MemoryStats(Callback):
         max_entries: allocation events kept in the history.
     """
 
-    def __init__(self, snapshot_on_oom: bool = False, max_entries: int = 100_000) -> None:
+    def __init__(self, snapshot_on_oom: bool = False, max_entries: PositiveInt = 100_000) -> None:
         self.snapshot_on_oom = snapshot_on_oom
         self.max_entries = max_entries
         self._recording = False

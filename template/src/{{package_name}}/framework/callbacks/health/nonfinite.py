@@ -11,6 +11,7 @@ from typing import Any
 
 import lightning as L
 import torch
+from jsonargparse.typing import PositiveInt
 from lightning.pytorch.callbacks import Callback
 from torch.distributed.tensor import DTensor
 from torch.nn.utils import get_total_norm
@@ -91,13 +92,11 @@ class NonFiniteGuard(Callback):
     """
 
     def __init__(
-        self, check_every_n_steps: int = 50, check_grad_norm: bool = False, keep_copy: bool = False
+        self,
+        check_every_n_steps: PositiveInt = 50,
+        check_grad_norm: bool = False,
+        keep_copy: bool = False,
     ) -> None:
-        if check_every_n_steps < 1:
-            raise ValueError(
-                f"NonFiniteGuard(check_every_n_steps={check_every_n_steps}): use 1 or more "
-                "(how many batches pass between reads of the device-side flag)."
-            )
         self.check_every_n_steps = check_every_n_steps
         self.check_grad_norm = check_grad_norm
         self.keep_copy = keep_copy

@@ -4,19 +4,19 @@
 Each reads the config as plain data, the way `fit` with the same flags would resolve it,
 and never builds the model, the data or a Trainer. Device, processes and precision are the
 resolver's answers (`context.plan`, see framework/run/hardware.py): DR005 and DR008 fail exactly
-when the Trainer guard would stop `fit`, with the guard's own words.
+when Lightning or the Trainer guard would stop `fit`, naming the setting and its fix.
 """
 
 import re
 
-from ...run.hardware import PRECISION_FLAGS, Refusal
+from ...run.hardware import PRECISION_FLAGS, Unrunnable
 from .context import Context, init_args
 from .registry import Result, check, failed, passed, warned
 
 MIN_COMPILE_TORCH = (2, 4)  # in-place `module.compile()` and the callback's options
 
 
-def _refused(refusals: list[Refusal]) -> Result:
+def _refused(refusals: list[Unrunnable]) -> Result:
     """The guard's refusals as one failed result: what `fit` would stop with."""
     return failed(
         "; ".join(f"--trainer.{r.flag} {r.value}: {r.problem}" for r in refusals),
@@ -76,7 +76,8 @@ def dataloader_workers(context: Context) -> Result:
     plan = context.plan
     processes = (plan.devices_per_node or 1) if plan.distributed else 1
     cpus = context.machine.cpus
-    if int(workers) < 0 or int(workers) * processes > cpus:
+    # A count below 0 never gets here: parsing the config refused it (bad_input.py).
+    if int(workers) * processes > cpus:
         return failed(
             f"num_workers: {workers} x {processes} training process(es) = "
             f"{int(workers) * processes} loader processes for {cpus} usable CPU cores: "

@@ -4,7 +4,8 @@
 The machine is probed once into plain facts (`Machine`), so every check is a pure function
 of its `Context` and a test can ask "what would doctor say on a 2-GPU node?" on a laptop.
 Where the run trains (device, processes, precision) is not decided here: `Context.plan` is
-the answer of `framework.run.hardware.resolve`, the resolver the Trainer guard applies too.
+the answer of `framework.run.hardware.resolve`, doctor's prediction of what Lightning builds
+(`fit` asks Lightning itself, then applies the same rules to what it built).
 """
 
 import importlib.util
