@@ -7,13 +7,17 @@ so the benchmarks (like the test suite) render a throwaway committed copy of the
 tree: what is measured is exactly the checkout, uncommitted edits included.
 """
 
+import hashlib
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from filelock import FileLock
 
 REPO = Path(__file__).resolve().parents[1]
 GIT_IDENTITY = {
@@ -98,12 +102,23 @@ def installed_project(workdir: Path, project_name: str) -> Iterator[tuple[Path, 
 
 def install_editable(project: Path) -> None:
     """pip install --no-deps -e: the project joins this interpreter's environment as it is."""
-    subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-         "-e", str(project)],
-        check=True,
-    )  # fmt: skip
+    with environment_lock():
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+             "-e", str(project)],
+            check=True,
+        )  # fmt: skip
 
 
 def uninstall(*packages: str) -> None:
-    subprocess.run([sys.executable, "-m", "pip", "uninstall", "-q", "-y", *packages], check=False)
+    with environment_lock():
+        subprocess.run(
+            [sys.executable, "-m", "pip", "uninstall", "-q", "-y", *packages], check=False
+        )
+
+
+def environment_lock() -> FileLock:
+    """One pip at a time in this interpreter's environment: the test suite's parallel
+    workers (pytest-xdist) install and uninstall renders in the one virtualenv."""
+    key = hashlib.sha256(sys.prefix.encode()).hexdigest()[:16]
+    return FileLock(Path(tempfile.gettempdir()) / f"copier-lightning-pip-{key}.lock")

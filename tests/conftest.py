@@ -5,13 +5,16 @@ and from committed files only, so the suite renders a throwaway committed copy o
 checkout: what is tested is exactly the working tree.
 """
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import copier
 import pytest
+from filelock import FileLock
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -24,8 +27,9 @@ from scaffold import (  # noqa: E402  (the benchmarks' scaffolding, shared with 
 
 PYTHON_THIS_MACHINE = f"{sys.version_info.major}.{sys.version_info.minor}"
 
-# One render per answer set, shared by the whole session. `installable` renders are
-# installed (--no-deps) into this interpreter and run their own test suites.
+# One render per answer set, shared by the whole run (every worker of a parallel one). The
+# INSTALLABLE renders are installed (--no-deps) into this interpreter and run their own
+# test suites.
 ANSWER_SETS = {
     "defaults": {"project_name": "Default Probe"},
     "all_loggers": {
@@ -44,6 +48,44 @@ ANSWER_SETS = {
     },
 }
 INSTALLABLE = ("defaults", "all_loggers", "no_ci")
+
+
+# Tests that a parallel run (`pytest -n`, scripts/test.sh) gives to one worker, one after
+# the other: node id prefix -> group. Each module's fixture renders and installs a package
+# of its own (or, for the benchmarks, runs them once for all its tests); two workers would
+# do it twice, installing and uninstalling the same package in the one virtualenv.
+ONE_WORKER = {
+    "tests/test_own_model.py::": "own_model",
+    "tests/test_conformance.py::": "conformance",
+    "tests/test_benchmarks.py::": "benchmarks",
+    "tests/test_update.py::test_update_brings_template_fixes_and_keeps_user_edits": "update",
+    "tests/test_update.py::test_an_updated_projects_runs_default_resumes_": "update",
+}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """pytest-xdist's scope scheduling, with the scopes of ONE_WORKER: the groups go first
+    (the largest first), then every other test on its own, in collection order.
+
+    (Not `--dist loadgroup` with `xdist_group` marks: with pytest 9.2, xdist 3.8 no longer
+    sees the marks, pytest-xdist#1386.) Another `--dist` asked for is left to xdist."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class OneWorkerGroups(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            groups = (group for prefix, group in ONE_WORKER.items() if nodeid.startswith(prefix))
+            return next(groups, nodeid)
+
+    return OneWorkerGroups(config, log)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slow tests first: a parallel run then ends on short tests, not on one worker busy
+    with a long one while the others have nothing left to do."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture(scope="session")
@@ -66,34 +108,73 @@ def render(template: Path, dest: Path, answers: dict, **kwargs) -> Path:
 
 
 @pytest.fixture(scope="session")
-def rendered(template: Path, tmp_path_factory: pytest.TempPathFactory):
-    """Lazily render each answer set once: `rendered("defaults")` -> project path."""
-    cache: dict[str, Path] = {}
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder of this run that every pytest-xdist worker sees (without xdist: the basetemp)."""
+    basetemp = tmp_path_factory.getbasetemp()  # a worker's: <the run's basetemp>/popen-gwN
+    return basetemp.parent if os.environ.get("PYTEST_XDIST_WORKER") else basetemp
+
+
+@pytest.fixture(scope="session")
+def rendered(template: Path, shared: Path):
+    """Lazily render each answer set once per run: `rendered("defaults")` -> project path.
+
+    The workers of a parallel run share the renders: the first to ask renders, under a lock.
+    """
 
     def get(name: str) -> Path:
-        if name not in cache:
-            dest = tmp_path_factory.mktemp(name) / "project"
-            cache[name] = render(template, dest, ANSWER_SETS[name])
-        return cache[name]
+        folder = shared / "renders" / name
+        folder.mkdir(parents=True, exist_ok=True)
+        with FileLock(folder / "lock"):
+            if not (folder / "done").exists():
+                shutil.rmtree(folder / "project", ignore_errors=True)  # a render cut short
+                render(template, folder / "project", ANSWER_SETS[name])
+                (folder / "done").touch()
+        return folder / "project"
 
     return get
 
 
 @pytest.fixture(scope="session")
-def installed(rendered):
-    """Install a render into this interpreter (--no-deps, editable); uninstall at the end."""
-    done: dict[str, Path] = {}
+def installed(rendered, shared: Path):
+    """Install a render into this interpreter (--no-deps, editable); uninstall at the end.
+
+    One install per render and run, shared by the workers of a parallel run: a count of the
+    sessions using installs, in `shared`, tells the last one out to uninstall them.
+    """
+    lock, state_file = FileLock(shared / "installs.lock"), shared / "installs.json"
+
+    def update(change) -> dict:
+        with lock:
+            state = json.loads(state_file.read_text()) if state_file.exists() else {}
+            state.setdefault("sessions", 0)
+            state.setdefault("installed", {})
+            change(state)
+            state_file.write_text(json.dumps(state))
+            return state
+
+    def join(state: dict) -> None:
+        state["sessions"] += 1
+
+    def leave(state: dict) -> None:
+        state["sessions"] -= 1
+        if state["sessions"] == 0 and state["installed"]:
+            uninstall(*state["installed"].values())
+            state["installed"] = {}
 
     def get(name: str) -> Path:
-        if name not in done:
-            project = rendered(name)
-            install_editable(project)
-            done[name] = project
-        return done[name]
+        project = rendered(name)
 
+        def install(state: dict) -> None:
+            if name not in state["installed"]:
+                install_editable(project)
+                state["installed"][name] = package_name(project)
+
+        update(install)
+        return project
+
+    update(join)
     yield get
-    if done:
-        uninstall(*(package_name(project) for project in done.values()))
+    update(leave)
 
 
 def assert_project_tests_pass(project: Path, *pytest_args: str) -> str:

@@ -23,6 +23,19 @@ OWN = Path(__file__).parent / "own_project"
 PACKAGE = "own_model_probe"
 EXAMPLE = ("src/{package}/model.py", "src/{package}/nets.py", "src/{package}/data.py")
 EXAMPLE_TESTS = ("tests/test_data.py", "tests/test_model.py", "tests/test_accuracy.py")
+# The deep tier's files whose tests read the project's configs/ and files as they are: its
+# default config and the model and data it names, the shipped presets and experiments.
+OWN_CONFIG = (
+    "test_smoke.py",
+    "test_cli.py",
+    "test_checklist.py",
+    "test_doctor.py",
+    "test_resolver.py",
+    "test_run_config.py",
+    "test_run_folders.py",
+    "test_progress.py",
+    "test_public_api.py",
+)
 # The user's own sweep spec, in place of the example's (the project's tests parse it);
 # written as a user writes one, without the shipped specs' comments.
 SWEEP_SPEC = """\
@@ -84,7 +97,13 @@ def test_the_projects_own_tests_pass_unchanged_after_the_example_is_replaced(pro
     skipped = [line for line in output.splitlines() if line.startswith("SKIPPED")]
     assert len(skipped) == 1 and "[2]" in skipped[0], output[-3000:]  # both kill points
     assert "test_contract.py" in skipped[0] and "StatefulDataLoader" in skipped[0]
-    assert_project_tests_pass(project, "-m", "not slow", "tests/framework")  # the deep tier
+    # The deep tier's tests that read the project's own configs and files: the toy-based
+    # rest names its model and data, and overrides the values this user changed (max_epochs,
+    # the checkpoint monitor: harness.FAST, FLAVOURS), so it runs as on the default render
+    # (test_generated_projects runs all of it there).
+    assert_project_tests_pass(
+        project, "-m", "not slow", *(f"tests/framework/{n}" for n in OWN_CONFIG)
+    )
 
 
 @pytest.mark.slow
