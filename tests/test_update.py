@@ -171,7 +171,7 @@ def test_update_brings_template_fixes_and_keeps_user_edits(release_a, tmp_path):
     )
     update(project)
 
-    assert fixed_doc in (package / "framework" / "paths.py").read_text()
+    assert fixed_doc in (package / "framework" / "platform" / "paths.py").read_text()
     config = (project / "configs" / "default.yaml").read_text()
     assert "log_every_n_steps: 5 " in config, "the template's config change was not merged"
     for path in mine:
@@ -204,7 +204,7 @@ def test_same_lines_changed_on_both_sides_conflict_inline_and_pre_commit_refuses
     release_a, tmp_path
 ):
     project = copy_at(release_a, tmp_path / "project", "v0.1.0")
-    paths_py = project / "src" / PACKAGE / "framework" / "paths.py"
+    paths_py = project / "src" / PACKAGE / "framework" / "platform" / "paths.py"
     mine = PATHS_DOC.replace("root.", "root, as I need it.")
     paths_py.write_text(paths_py.read_text().replace(PATHS_DOC, mine))
     commit_all(project, "my wording")

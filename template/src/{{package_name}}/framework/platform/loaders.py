@@ -128,12 +128,18 @@ class LoaderOptions:
             logger.log_hyperparams({"dataloader": resolved})
 
 
+# What a restricted type raises for a value it refuses. A name, not a parenthesized tuple
+# in the `except`: ruff's formatter drops those parentheses for Python 3.14 (PEP 758), so
+# the file would format differently per target version.
+REFUSED_BY_TYPE = (TypeError, ValueError)
+
+
 def _typed(name: str, value: object, kind: type[int], fix: str) -> int:
     """`value` checked by jsonargparse's restricted type `kind` (as a plain int), or a
     ValueError naming it and the fix."""
     try:
         return int(kind(value))  # type: ignore[call-overload]
-    except (TypeError, ValueError):
+    except REFUSED_BY_TYPE:
         raise ValueError(f"{name}={value!r} is not valid: {fix}") from None
 
 

@@ -67,11 +67,12 @@ Two private Lightning methods are overridden rather than called, so they cannot 
 
 from collections.abc import Callable
 from types import CodeType
-from typing import Any, TypeVar
+from typing import Any
 
 import lightning as L
 import torch
 from lightning.fabric.utilities.logger import _convert_params, _flatten_dict
+from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 from torch._dynamo.exc import TorchDynamoException as DynamoError
 from torch._dynamo.utils import counters
@@ -120,16 +121,13 @@ def flat_hyperparameters(params: Any) -> dict[str, Any]:
     return _flatten_dict(_convert_params(params))
 
 
-Experiment = TypeVar("Experiment")
-
-
 def kept_experiment(
-    logger: Any, kind: type[Experiment], make: Callable[[], Experiment]
-) -> Experiment:
+    logger: Any, kind: type[ExperimentWriter], make: Callable[[], ExperimentWriter]
+) -> ExperimentWriter:
     """The experiment object `logger` keeps, made by `make` unless it already is a `kind`."""
     if not isinstance(logger._experiment, kind):  # None until the logger is first used
         logger._experiment = make()
-    experiment: Experiment = logger._experiment
+    experiment: ExperimentWriter = logger._experiment
     return experiment
 
 
