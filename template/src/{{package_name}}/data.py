@@ -10,10 +10,12 @@ per-channel means stays at chance (1 / num_classes) while a small CNN learns the
 orientation. It is generated offline from a seed: nothing is downloaded.
 """
 
+import errno
 import hashlib
 import json
 import math
-import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,9 +26,11 @@ from jsonargparse.typing import NonNegativeInt, PositiveInt
 from torch.utils.data import Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from .framework import LoaderOptions, project_path
+from .framework import LoaderOptions, Refusal, project_path
 
 SPLITS = ("train", "val", "test")
+# What a write fails with on a full disk, or over a user's quota (HPC home folders).
+FULL_DISK = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})
 
 
 def make_gratings(
@@ -109,12 +113,19 @@ def shift_and_turn(images: torch.Tensor, max_shift: int = 2) -> torch.Tensor:
 class GratingsDataModule(L.LightningDataModule):
     """Generates the gratings once under `data_dir`, then serves train/val/test splits.
 
+    Each recipe (the generation settings: sizes, classes, seed) has a folder of its own,
+    `<data_dir>/<first 12 hex digits of its hash>/`, so runs with different settings
+    (a sweep over `train_size`) never read or rewrite each other's files. A folder is
+    generated under a temporary name and renamed into place complete: once it exists it
+    never changes, and a half-written one is never read.
+
     The types of the arguments are what the command line accepts: jsonargparse's
     `PositiveInt` and `NonNegativeInt` refuse `--data.batch_size 0` or a negative
     `num_workers` while parsing, before anything is built.
 
     Args:
-        data_dir: where the generated arrays live (relative paths are relative to the project).
+        data_dir: the folder holding one subfolder of generated arrays per recipe (relative
+            paths are relative to the project).
         batch_size: samples per batch and per device.
         num_workers: DataLoader worker processes (0 loads in the main process), or "auto"
             to fit the machine; see `loaders.LoaderOptions`, with `pin_memory` and
@@ -144,18 +155,22 @@ class GratingsDataModule(L.LightningDataModule):
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
-        self.root = project_path(data_dir)
+        self.data_dir = project_path(data_dir)
+        self.root = self.data_dir / self.fingerprint()["recipe_sha256"][:12]  # this recipe's
         self.sizes = {"train": train_size, "val": val_size, "test": test_size}
         self.datasets: dict[str, GratingsDataset] = {}
         self.loader_options = LoaderOptions(num_workers, pin_memory, prefetch_factor)
 
     def _recipe(self) -> dict:
-        """What the files on disk were generated from; a different recipe regenerates them."""
+        """What the files were generated from: its hash names their folder."""
         keys = ("num_classes", "image_size", "train_size", "val_size", "test_size", "data_seed")
         return {"version": 1, **{key: self.hparams[key] for key in keys}}
 
     def fingerprint(self) -> dict:
-        """What checkpoints record about the data (see provenance.py): recipe hash, split seed."""
+        """What checkpoints record about the data (see provenance.py): recipe hash, split seed.
+
+        The hash's first 12 digits name the folder the run read (`self.root`).
+        """
         recipe = json.dumps(self._recipe(), sort_keys=True).encode()
         return {
             "recipe_sha256": hashlib.sha256(recipe).hexdigest(),
@@ -163,21 +178,48 @@ class GratingsDataModule(L.LightningDataModule):
         }
 
     def prepare_data(self) -> None:
-        recipe_path = self.root / "recipe.json"
-        if recipe_path.exists() and json.loads(recipe_path.read_text()) == self._recipe():
+        if self.root.is_dir():  # renamed into place complete, and never written again
             return
-        self.root.mkdir(parents=True, exist_ok=True)
+        # Generated next to its final place (same disk, so the rename is atomic), under a
+        # name of this process's own: runs started at once (`sweep --jobs 2`) each write
+        # their own copy, and the first renamed into place wins.
+        tmp: Path | None = None
+        try:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            tmp = Path(
+                tempfile.mkdtemp(prefix=f"{self.root.name}.", suffix=".tmp", dir=self.data_dir)
+            )
+            self._generate(tmp)
+            tmp.rename(self.root)
+        except BaseException as error:
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
+            if isinstance(error, OSError) and self.root.is_dir():
+                return  # another run renamed its complete copy into place first
+            if isinstance(error, OSError) and error.errno in FULL_DISK:
+                raise Refusal(
+                    f"no space left to generate the example data in {self.root} (this recipe "
+                    f"needs about {self._bytes_needed() / 1e6:.0f} MB; nothing half-written "
+                    "was kept). Free space on that disk, or point `--data.data_dir` at a "
+                    "folder on a disk with room, then run again."
+                ) from None
+            raise
+
+    def _generate(self, folder: Path) -> None:
+        """Write every split's arrays, and the recipe they came from, into `folder`."""
         streams = np.random.SeedSequence(self.hparams.data_seed).spawn(len(SPLITS))
         for split, stream in zip(SPLITS, streams, strict=True):
             images, labels = make_gratings(
                 self.sizes[split], self.hparams.num_classes, self.hparams.image_size, stream
             )
-            _save_atomically(self.root / f"{split}_images.npy", images)
-            _save_atomically(self.root / f"{split}_labels.npy", labels)
-        # Written last: its presence means every array above is complete.
-        tmp = recipe_path.with_name(f"{recipe_path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(self._recipe()))
-        os.replace(tmp, recipe_path)
+            np.save(folder / f"{split}_images.npy", images)
+            np.save(folder / f"{split}_labels.npy", labels)
+        (folder / "recipe.json").write_text(json.dumps(self._recipe(), indent=2))
+
+    def _bytes_needed(self) -> int:
+        """The arrays' size on disk: uint8 (3, H, W) images and int64 labels."""
+        per_image = 3 * self.hparams.image_size**2 + 8
+        return per_image * sum(self.sizes.values())
 
     def setup(self, stage: str) -> None:
         for split in SPLITS:
@@ -213,15 +255,3 @@ class GratingsDataModule(L.LightningDataModule):
 
     def predict_dataloader(self) -> StatefulDataLoader:
         return self._loader("test", shuffle=False)
-
-
-def _save_atomically(path: Path, array: np.ndarray) -> None:
-    """np.save to a temporary file, then rename: a reader never sees half an array.
-
-    The temporary name is the process's own: two runs started at once on a fresh project
-    (`sweep --jobs 2`) both generate the data, and each renames a complete file.
-    """
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as handle:
-        np.save(handle, array)
-    os.replace(tmp, path)

@@ -72,7 +72,7 @@ class FirstBatchCheck(Callback):
         if split in self._checked:
             return
         self._checked.add(split)
-        tensors = dict(_named_tensors(batch, "batch"))
+        tensors = dict(named_tensors(batch, "batch"))
         shapes = ", ".join(f"{name} {t.dtype} {tuple(t.shape)}" for name, t in tensors.items())
         rank_zero_info(f"First {split} batch: {shapes or 'no tensors'}")
         problems = [
@@ -94,15 +94,16 @@ class FirstBatchCheck(Callback):
             _log_grid(trainer, image_grid(images[: self.max_images]))
 
 
-def _named_tensors(batch: Any, name: str) -> Iterator[tuple[str, torch.Tensor]]:
+def named_tensors(batch: Any, name: str) -> Iterator[tuple[str, torch.Tensor]]:
+    """Each tensor of a batch of tensors, lists, tuples and dicts, named as it is indexed."""
     if isinstance(batch, torch.Tensor):
         yield name, batch
     elif isinstance(batch, Mapping):
         for key, value in batch.items():
-            yield from _named_tensors(value, f"{name}[{key!r}]")
+            yield from named_tensors(value, f"{name}[{key!r}]")
     elif isinstance(batch, Sequence) and not isinstance(batch, str):
         for index, value in enumerate(batch):
-            yield from _named_tensors(value, f"{name}[{index}]")
+            yield from named_tensors(value, f"{name}[{index}]")
 
 
 def _targets(batch: Any) -> torch.Tensor | None:

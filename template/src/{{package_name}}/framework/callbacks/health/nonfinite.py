@@ -20,6 +20,7 @@ from torch.utils.hooks import RemovableHandle
 from ...platform.paths import RunLayout
 from ...platform.private_apis import skips_on_found_inf
 from .errors import HealthCheckFailed
+from .first_batch import named_tensors
 from .state_copy import GuardedState
 
 CHECKPOINT_NAME = "before-nonfinite.ckpt"
@@ -57,6 +58,15 @@ class NonFiniteGuard(Callback):
     then stops with exit status 1, naming the global step, batch index and value, and
     the weights from before the first bad step are saved to
     `<checkpoints>/before-nonfinite.ckpt`.
+
+    The stop message tells bad data from a bad update, since their fixes differ. Each
+    batch's floating tensors are checked for finiteness on the device (one flag per
+    tensor, read only when the run stops; NaN inputs alone do not stop a run, as a model
+    may mask them): when the first non-finite value came with a non-finite input, the
+    message names that batch and its tensors and points at the data; when the loss was
+    not finite before the run's first update, the weights cannot be the cause, and it
+    points at the data's targets and the loss; otherwise it gives the advice for a
+    diverging run (learning rate, clipping, precision).
 
     An update can also go bad with a finite loss and finite gradients (an absurd learning
     rate overflowing the weights, BatchNorm statistics overflowing). After each step the
@@ -112,6 +122,8 @@ class NonFiniteGuard(Callback):
         self._broken = torch.zeros_like(self._bad)
         self._batches = 0
         self._global_step = self._batch_idx = 0
+        self._first_step = trainer.global_step  # not 0 on a resume
+        self._inputs: _Inputs | None = None
         self._loss: torch.Tensor | None = None
         self._grad_norm: torch.Tensor | None = None
         self._worst: torch.Tensor | None = None
@@ -160,6 +172,7 @@ class NonFiniteGuard(Callback):
         self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
     ) -> None:
         self._global_step, self._batch_idx = trainer.global_step, batch_idx
+        self._inputs = _Inputs.of(batch, self._bad.device)
 
     def on_before_backward(
         self, trainer: L.Trainer, pl_module: L.LightningModule, loss: torch.Tensor
@@ -237,7 +250,9 @@ class NonFiniteGuard(Callback):
             self._broken |= ~torch.isfinite(self._worst)
 
     def _check(self, worst: torch.Tensor | float | None) -> _Check:
-        check = _Check(self._global_step, self._batch_idx, self._loss, self._grad_norm, worst)
+        check = _Check(
+            self._global_step, self._batch_idx, self._loss, self._grad_norm, worst, self._inputs
+        )
         self._loss = self._grad_norm = self._worst = None
         return check
 
@@ -315,7 +330,7 @@ class NonFiniteGuard(Callback):
         if not all(math.isfinite(v) for v in (loss, grad_norm, worst) if v is not None):
             self._bad.fill_(True)
         self._loss = self._grad_norm = None
-        return _Check(self._global_step, self._batch_idx, loss, grad_norm, worst)
+        return _Check(self._global_step, self._batch_idx, loss, grad_norm, worst, self._inputs)
 
     def _guarded_state(self, good: dict[int, torch.Tensor] | None = None) -> GuardedState:
         """Every parameter, optimizer state and buffer, with the good copy given or taken now."""
@@ -337,6 +352,7 @@ class NonFiniteGuard(Callback):
         first = next(((i, culprit) for i, culprit in found if culprit is not None), None)
         if self.keep_copy and first is not None:  # the groups on the flag's device are back
             self._state.put_back(self._history[first[0]])
+        cause = None
         if first is None:
             where = "on another process"
         else:
@@ -346,11 +362,12 @@ class NonFiniteGuard(Callback):
                 f"at global step {check.global_step} (batch {check.batch_idx} of epoch "
                 f"{trainer.current_epoch}), {CULPRITS[what]} = {value}"
             )
+            cause = self._cause(check, what, where)
         checkpoints = _checkpoint_dir(trainer)
         if not self.keep_copy and trainer.strategy.reduce_boolean_decision(
             bool(self._broken), all=False
         ):
-            raise HealthCheckFailed(self._broken_message(where, checkpoints))
+            raise HealthCheckFailed(self._broken_message(where, checkpoints, cause))
         path = checkpoints / CHECKPOINT_NAME
         trainer.save_checkpoint(path, weights_only=False)  # resumable: optimizer and loops too
         if self._zeroed:
@@ -364,12 +381,33 @@ class NonFiniteGuard(Callback):
                 "No update from that step on was applied; the weights from just before it "
                 "are saved in"
             )
+        saved = f"{applied} {path} (resume with `--ckpt_path` that file)."
+        if cause is not None:
+            raise HealthCheckFailed(f"{cause} {saved}")
         raise HealthCheckFailed(
-            f"training diverged: a non-finite value appeared {where}. {applied} {path} "
-            f"(resume with `--ckpt_path` that file). {FIXES}"
+            f"training diverged: a non-finite value appeared {where}. {saved} {FIXES}"
         )
 
-    def _broken_message(self, where: str, checkpoints: Path) -> str:
+    def _cause(self, check: _Check, what: int, where: str) -> str | None:
+        """What to blame when it was not an update: the data, or a loss never finite."""
+        names = check.nonfinite_inputs()
+        if names:
+            return (
+                f"the training data is not finite: {', '.join(names)} held NaN or inf "
+                f"values {where}. The data is at fault, not the training: fix the samples of "
+                "that batch where they are made (the Dataset's `__getitem__` or the files it "
+                "reads: a missing value read as NaN, a division by zero), or drop them."
+            )
+        if what == CULPRITS.index("loss") and check.global_step == self._first_step:
+            return (
+                f"the loss was not finite before the run's first update, on finite inputs: "
+                f"{where}. The weights had not been trained yet, so the learning rate is not "
+                "the cause: look at that batch's targets (labels outside the loss's range, "
+                "a log of zero) and at the loss and forward pass computed on them."
+            )
+        return None
+
+    def _broken_message(self, where: str, checkpoints: Path, cause: str | None = None) -> str:
         written = sorted(
             (p for p in checkpoints.glob("*.ckpt") if p.name != CHECKPOINT_NAME),
             key=lambda p: p.stat().st_mtime,
@@ -381,6 +419,8 @@ class NonFiniteGuard(Callback):
             )
         else:
             last = f"no checkpoint was written before it in {checkpoints}: start again"
+        if cause is not None:
+            return f"{cause} The update it led to broke the weights, so nothing was saved; {last}."
         return (
             f"training diverged: a non-finite value appeared {where}, after an update whose "
             "loss was finite. Such an update cannot be undone without a copy of the state, "
@@ -405,6 +445,14 @@ class _Check:
     loss: torch.Tensor | float | None
     grad_norm: torch.Tensor | float | None
     worst: torch.Tensor | float | None  # the largest magnitude of all: not finite when one is not
+    inputs: _Inputs | None = None  # the batch's floating tensors, checked on the device
+
+    def nonfinite_inputs(self) -> list[str]:
+        """The names of the batch's tensors that held NaN or inf (a host read)."""
+        if self.inputs is None:
+            return []
+        finite = self.inputs.finite.tolist()
+        return [name for name, ok in zip(self.inputs.names, finite, strict=True) if not ok]
 
     def culprit(self) -> tuple[int, float] | None:
         """(index into CULPRITS, value) of the first non-finite value, else None (host reads)."""
@@ -412,6 +460,26 @@ class _Check:
             if value is not None and not math.isfinite(float(value)):
                 return what, float(value)
         return None
+
+
+@dataclass
+class _Inputs:
+    """Which of a batch's floating tensors are finite: one flag each, left on the device."""
+
+    names: tuple[str, ...]
+    finite: torch.Tensor  # (len(names),) bool
+
+    @staticmethod
+    def of(batch: Any, device: torch.device) -> _Inputs | None:
+        tensors = [
+            (name, t)
+            for name, t in named_tensors(batch, "batch")
+            if t.is_floating_point() and t.numel() and t.device == device
+        ]
+        if not tensors:
+            return None
+        names = tuple(name for name, _ in tensors)
+        return _Inputs(names, torch.stack([torch.isfinite(t).all() for _, t in tensors]))
 
 
 def _params(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
