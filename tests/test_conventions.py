@@ -166,12 +166,138 @@ def test_the_template_update_workflow_runs_no_code_of_the_update_with_a_write_to
     for name in writers:
         job, run = jobs[name], runs[name].replace("\\\n", " ")  # continued lines joined
         assert not re.search(r"python|nox|pip |copier|pre-commit|bash |scripts/|\./|make ", run)
-        git = [line for line in run.splitlines() if re.search(r"\bgit\b.*\b(push|commit)\b", line)]
+        lines = [line for line in run.splitlines() if not line.strip().startswith("echo ")]
+        git = [line for line in lines if re.search(r"\bgit\b.*\b(push|commit)\b", line)]
         assert len(git) == 2 and all("--no-verify" in line for line in git), git
         uses = {step["uses"].split("@")[0]: step for step in job["steps"] if "uses" in step}
         assert set(uses) <= {"actions/checkout", "actions/download-artifact"}, set(uses)
         assert uses["actions/checkout"]["with"] == {"persist-credentials": False}
     assert not (rendered("no_ci") / ".github").exists()
+
+
+def test_the_template_update_token_reaches_only_the_job_that_runs_no_code(rendered):
+    path = rendered("defaults") / ".github" / "workflows" / "template-update.yml"
+    workflow = yaml.safe_load(path.read_text())
+    jobs = workflow["jobs"]
+    assert "secrets" not in yaml.safe_dump({k: v for k, v in workflow.items() if k != "jobs"})
+    for name, job in jobs.items():
+        text = yaml.safe_dump(job)
+        runs_code = re.search(r"pip install|pytest|python -m|nox |template_update\.sh", text)
+        if runs_code:  # the update job: read-only, no secret, no token but its own read one
+            assert job["permissions"] == {"contents": "read"}, name
+            assert "secrets." not in text and "github.token" not in text, name
+        else:
+            assert "write" in job["permissions"].values(), name
+    (writer,) = [job for job in jobs.values() if "secrets.TEMPLATE_UPDATE_TOKEN" in str(job)]
+    # The secret is read in the one step that pushes, from an environment of its own.
+    assert writer["environment"] == "template-update"
+    (step,) = [s for s in writer["steps"] if "secrets." in str(s)]
+    assert step["env"]["UPDATE_TOKEN"] == "${{ secrets.TEMPLATE_UPDATE_TOKEN }}"
+    assert "secrets." not in step["run"] and "${{" not in step["run"]
+
+
+FAKE_GH = """#!/bin/sh
+# gh, offline: logs its token and arguments; keeps the pull request's body; downloads
+# the run's artifact from $FAKE_ARTIFACT.
+echo "GH_TOKEN=$GH_TOKEN $*" >> "$FAKE_GH_LOG"
+case "$1 $2" in
+  "pr view") exit 1 ;;
+  "pr create"|"pr edit") while [ "$1" != --body-file ]; do shift; done; cp "$2" "$FAKE_GH_BODY" ;;
+  "run download") mkdir -p "$7" && cp "$FAKE_ARTIFACT"/* "$7"/ ;;
+esac
+"""
+
+
+@pytest.fixture
+def pull_request_step(rendered, tmp_path: Path):
+    """The template-update workflow's pushing step, run with bash as a runner runs it: on a
+    clone of a local repository (origin), with the update's patch as its artifact and `gh`
+    faked. -> run(token) giving (result, what origin's branch holds, the body, gh's log)."""
+    path = rendered("defaults") / ".github" / "workflows" / "template-update.yml"
+    job = yaml.safe_load(path.read_text())["jobs"]["pull-request"]
+    (step,) = [s for s in job["steps"] if "run" in s]
+    origin, work = tmp_path / "origin.git", tmp_path / "work"
+    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(origin))
+    git(tmp_path, "clone", "-q", str(origin), str(work))
+    files = {"README.md": "# Probe\n", ".github/workflows/ci.yml": "name: CI\n"}
+    for name, text in files.items():
+        (work / name).parent.mkdir(parents=True, exist_ok=True)
+        (work / name).write_text(text)
+    commit_all(work, "the project")
+    git(work, "push", "-q", "origin", "HEAD")
+    # The update job's artifact: a patch changing a workflow and another file.
+    artifact = tmp_path / "runner" / "update"
+    artifact.mkdir(parents=True)
+    for name in files:
+        (work / name).write_text(files[name] + "updated\n")
+    git(work, "add", "--all")
+    (artifact / "update.patch").write_text(git(work, "diff", "--cached", "--binary"))
+    (artifact / "pull-request.md").write_text("Updates the project from its template.\n")
+    git(work, "reset", "-q", "--hard")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "gh").write_text(FAKE_GH)
+    (bin_dir / "gh").chmod(0o755)
+    (tmp_path / "script.sh").write_text(step["run"])
+
+    def run_step(token: str) -> tuple[subprocess.CompletedProcess, dict, str, str]:
+        env = {
+            **ENV,
+            **{key: str(value) for key, value in job["env"].items()},
+            "PATH": f"{bin_dir}{os.pathsep}{ENV['PATH']}",
+            "RUNNER_TEMP": str(tmp_path / "runner"),
+            "GITHUB_RUN_ID": "42",
+            "UPDATE_TOKEN": token,
+            "WORKFLOW_TOKEN": "workflow-token",
+            "FAKE_GH_LOG": str(tmp_path / "gh.log"),
+            "FAKE_GH_BODY": str(tmp_path / "body.md"),
+            "FAKE_ARTIFACT": str(artifact),
+        }
+        shell = ["bash", "--noprofile", "--norc", "-eo", "pipefail", str(tmp_path / "script.sh")]
+        result = run(work, *shell, env=env)
+        branch = job["env"]["BRANCH"]
+        pushed = {name: git(origin, "show", f"{branch}:{name}") for name in files}
+        return result, pushed, (tmp_path / "body.md").read_text(), (tmp_path / "gh.log").read_text()
+
+    return run_step
+
+
+def test_template_update_pushes_workflow_changes_with_the_token(pull_request_step):
+    result, pushed, body, gh_log = pull_request_step("a-user-token")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert pushed == {
+        "README.md": "# Probe\nupdated\n",
+        ".github/workflows/ci.yml": "name: CI\nupdated\n",
+    }
+    assert "by hand" not in body
+    assert "GH_TOKEN=a-user-token pr create" in gh_log and "workflow-token" not in gh_log
+
+
+def test_template_update_without_the_token_leaves_workflows_out_and_says_how(
+    pull_request_step, tmp_path
+):
+    result, pushed, body, gh_log = pull_request_step("")
+    assert result.returncode == 0, result.stdout + result.stderr
+    # GitHub would refuse a push of the workflow with this token: the rest is pushed.
+    assert pushed == {"README.md": "# Probe\nupdated\n", ".github/workflows/ci.yml": "name: CI\n"}
+    assert "GH_TOKEN=workflow-token pr create" in gh_log
+    assert "## Workflow files to push by hand" in body and "`.github/workflows/ci.yml`" in body
+    assert "TEMPLATE_UPDATE_TOKEN" in body and "::warning::" in result.stdout
+    # The body's commands, run by the user in a clone of their own, push the workflow.
+    commands = body.split("```bash\n")[1].split("```")[0]
+    user = tmp_path / "user"
+    git(tmp_path, "clone", "-q", str(tmp_path / "origin.git"), str(user))
+    env = {
+        **ENV,
+        "PATH": f"{tmp_path / 'bin'}{os.pathsep}{ENV['PATH']}",
+        "FAKE_GH_LOG": str(tmp_path / "gh.log"),
+        "FAKE_GH_BODY": str(tmp_path / "body.md"),
+        "FAKE_ARTIFACT": str(tmp_path / "runner" / "update"),
+    }
+    done = run(user, "bash", "-euo", "pipefail", "-c", commands, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    workflow = git(tmp_path / "origin.git", "show", "template-update:.github/workflows/ci.yml")
+    assert workflow == "name: CI\nupdated\n"
 
 
 def test_the_zizmor_hook_installs_from_pypi_and_passes(rendered, tmp_path):
@@ -221,7 +347,10 @@ def test_template_update_brings_a_release_and_describes_it(project_at_v010):
     )
     result = template_update(project)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert fixed in (project / "src" / "update_probe" / "framework" / "platform" / "paths.py").read_text()
+    assert (
+        fixed
+        in (project / "src" / "update_probe" / "framework" / "platform" / "paths.py").read_text()
+    )
     description = (project.parent / "pr.md").read_text()
     assert "v0.1.0 to v0.2.0" in description
     assert entry in description and "framework/platform/paths.py" in description

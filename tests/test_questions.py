@@ -36,6 +36,9 @@ BAD_ANSWERS = [
     ({"package_name": "toy"}, "the project's own tests/framework/toy.py"),
     ({"package_name": "1model"}, "not a lower-case Python identifier"),
     ({"package_name": "Bad-Name"}, "not a lower-case Python identifier"),
+    ({"package_name": "_"}, 'package_name "_" starts or ends with "_"'),
+    ({"package_name": "__init__"}, 'package_name "__init__" starts or ends with "_"'),
+    ({"package_name": "probe_"}, 'package_name "probe_" starts or ends with "_"'),
     ({"author_email": "nobody"}, 'author_email "nobody" is not an e-mail address'),
     ({"loggers": []}, "Choose at least one logger"),
     ({"loggers": ["comet"]}, "comet"),
@@ -75,20 +78,38 @@ def test_every_module_the_project_installs_is_a_refused_package_name(rendered):
         text=True,
     )
     assert result.returncode == 0, result.stderr
-    # copier.yml refuses each name, saying why: its validator, rendered as copier renders it
-    # (a sandbox with the Ansible filters; BAD_ANSWERS checks a few through copier itself).
+    # copier.yml refuses each name, saying why (BAD_ANSWERS checks a few through copier).
+    validate = package_name_validator()
+    lines = (REPO / "includes" / "reserved_names.txt").read_text().splitlines()
+    names = {line.split()[0] for line in lines if line.strip() and not line.startswith("#")}
+    assert {"optuna", "torchdata", "submitit", "matplotlib", "onnxscript", "json"} <= names
+    accepted = [name for name in names if "Pick another" not in validate(name)]
+    assert all(not name.islower() or not name.isidentifier() for name in accepted), accepted
+
+
+def package_name_validator():
+    """copier.yml's package_name validator, rendered as copier renders it (a sandbox with
+    the Ansible filters), at copy: no previous answers, no answers given as data."""
     env = SandboxedEnvironment(
         loader=FileSystemLoader(REPO),
         extensions=["jinja2_ansible_filters.AnsibleCoreFiltersExtension"],
     )
     validator = yaml.safe_load((REPO / "copier.yml").read_text())["package_name"]["validator"]
-    validate = env.from_string(validator).render
-    lines = (REPO / "includes" / "reserved_names.txt").read_text().splitlines()
-    names = {line.split()[0] for line in lines if line.strip() and not line.startswith("#")}
-    assert {"optuna", "torchdata", "submitit", "matplotlib", "onnxscript", "json"} <= names
-    copy = {"_copier_conf": {"data": {}}}  # a copy: no previous answers, no answers as data
-    accepted = [name for name in names if "Pick another" not in validate(package_name=name, **copy)]
-    assert all(not name.islower() or not name.isidentifier() for name in accepted), accepted
+    render = env.from_string(validator).render
+    return lambda name: render(package_name=name, _copier_conf={"data": {}}).strip()
+
+
+def test_a_package_name_is_accepted_only_if_hatchling_can_build_it():
+    # The package name is the distribution name too (pyproject's [project] name): whatever
+    # the validator lets through, hatchling's own name check must accept.
+    from hatchling.metadata.utils import is_valid_project_name
+
+    validate = package_name_validator()
+    names = ["_", "__", "__init__", "_probe", "probe_", "pro__be", "p", "p1", "a_1_b", "x" * 60]
+    accepted = [name for name in names if not validate(name)]
+    assert accepted == ["pro__be", "p", "p1", "a_1_b", "x" * 60]
+    assert all(is_valid_project_name(name) for name in accepted)
+    assert not any(is_valid_project_name(name) for name in set(names) - set(accepted))
 
 
 def test_every_question_has_a_type_help_and_default():
