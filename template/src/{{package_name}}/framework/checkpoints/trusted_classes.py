@@ -1,39 +1,52 @@
 # Managed by the template; local edits are merged on update.
-"""A checkpoint names code; only trusted code is imported or built to rebuild its model.
+"""A checkpoint is data: what it records is taken where a signature declares plain values.
 
 A checkpoint trained through the CLI records its model's class (`_class_path`), the
 classes of its parts (`class_path` entries: the network, the optimizer) and Lightning's
 `_instantiator` in its hyperparameters. Rebuilding the model from them (`validate/test/
-predict/fit --ckpt_path FILE`, `export`) hands every value to jsonargparse or Lightning,
-which import whatever a value names: a `class_path`, but also a plain string where a
-class, a callable or a type is expected (`net: this.Zen` imports `this`), in any key,
-list or nested dict. A class name without a module (`net: Accuracy`) is looked up among
-the subclasses already imported. Importing a module runs its code: a checkpoint someone
-shared could name any module on the path. So before anything is imported, every value
-that could name code must name
+predict/fit --ckpt_path FILE`, `export`) hands them to jsonargparse, which imports what a
+value names: a `class_path`, but also a string where a class, a callable, a type or a
+nested config is declared, read as inline YAML or JSON (`"{class_path: mod.X}"`) or as
+the path of a YAML file (`"evil.yaml"`). Importing a module runs its code, and a shared
+checkpoint could name any module on the path. No check of what a string looks like can
+tell every such string apart; the declared type can. So before jsonargparse sees anything,
+each value is taken by the type the signature of the class being built declares
+(`taken_hyperparameters`):
 
-- code of this project's package (`src/<package>/`), or of torch or Lightning, where it
-  is defined, not a module they import (`torch.os.system` is `os.system`),
-- or be given as is by the config files or the command line of this command (`--model
-  pkg.Model`, `--model.net pkg.nets.Other`), which the user has chosen to run;
+- a plain type (int, float, bool, None, str, a path, a Literal or Enum, and lists, tuples
+  and dicts of those): the value is taken when it has that type (a str where a str is
+  declared stays a str: jsonargparse reads it as no YAML or path);
+- a class, callable, type or nested config: the value must be a mapping whose
+  `class_path` is an exact dotted name of a class defined in this project's package,
+  torch or Lightning (`torch.os.system` is `os.system`: refused), or a class path the
+  command's config files or command line name; its `init_args` are then taken by that
+  class's signature, recursively. A bare string there becomes `{class_path: ...}` under the
+  same rule, so it is never read as YAML or a path. Numbers, booleans, None and tensors
+  (values holding no string and no mapping) name no code and are taken anywhere;
+- anything else (a string where `Any` or nothing is declared, a mapping without a trusted
+  class) is refused, in one paragraph naming each key and value and how to give it on
+  the command line instead, which the user has chosen to run. A key the command line sets
+  is not read from the checkpoint at all.
 
-and `_instantiator` must be the one LightningCLI writes. Anything else stops the command
-with one paragraph naming each key and value and the fix (name the value on the command
-line, or for `export` with `--trust`, if you trust the file). Strings that cannot name
-code pass: no dot-separated Python names (`data/train`, `1e-3`), or, outside a `class_path`, a
-first name that is no module on the path (`best.ckpt`). So do hyperparameters whose values repeat one shared
-object so often (pickle's memo, like YAML's aliases) that walking them, as jsonargparse
-does, would never end: more than `MAX_VALUES` values are refused.
+`_instantiator` must be the one LightningCLI writes. Hyperparameters whose values repeat
+one shared object so often (pickle's memo, like YAML's aliases) that walking them would
+never end (more than `MAX_VALUES` values) are refused unread.
 """
 
+import collections.abc
+import dataclasses
+import enum
 import importlib
-import importlib.util
 import inspect
-import sys
-from collections.abc import Iterable, Iterator
+import os
+import pathlib
+import types
+import typing
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import jsonargparse
 from jsonargparse import Namespace
 
 from ..platform.refusal import Refusal
@@ -44,59 +57,61 @@ TRUSTED_PACKAGES = (PROJECT_PACKAGE, *LIBRARIES)
 # What LightningCLI records; Lightning's load_from_checkpoint refuses any other, with a traceback.
 INSTANTIATORS = ("lightning.pytorch.cli.instantiate_module",)
 # What LightningModule.load_from_checkpoint builds from ("hparams", "module_arguments": the
-# names of older Lightning versions, which it still reads); what a DataModule's builds from.
-MODEL_SECTIONS = ("hyper_parameters", "hparams", "module_arguments")
+# names of older Lightning versions, which it still reads, first); what a DataModule's builds from.
+MODEL_SECTIONS = ("hparams", "module_arguments", "hyper_parameters")
 DATA_SECTIONS = ("datamodule_hyper_parameters",)
 MAX_VALUES = 100_000  # a CLI-trained checkpoint's hyperparameters hold ~100
+# The keys of a class's config in jsonargparse's form.
+CLASS_KEYS = ("class_path", "init_args", "dict_kwargs")
+
+_PLAIN_TYPES = (int, float, bool, str, type(None))
 
 
 class _TooLarge(Exception):
     """The values, counted with every repeat of a shared one, exceed MAX_VALUES."""
 
 
-# One name, not a tuple in the clause: ruff writes those apart for Python 3.14 targets.
-_TOO_LARGE = (_TooLarge, RecursionError)
-_UNIMPORTABLE = (ImportError, ValueError)
+class _Unknown:
+    """An annotation that could not be resolved: taken as a class position (the strictest)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Trust:
+    """What a checkpoint's values are checked against, for one command.
+
+    `named`: class paths the command's config files and command line name (or `--trust`
+    gives), which the user has chosen to run. `explicit`: keys the command line sets
+    (`model.optimizer.lr`); `mappings`: those of them given a whole mapping, which sets
+    every key below too. `how`: the fix a refusal names.
+    """
+
+    named: frozenset[str]
+    explicit: frozenset[str] = frozenset()
+    mappings: frozenset[str] = frozenset()
+    how: str = "give each of those values on the command line yourself"
 
 
 def named_in(config: Any) -> set[str]:
-    """The values a config chooses: its class paths anywhere, every string of model and data.
-
-    A value the user wrote in a config file or typed on the command line is theirs to run.
-    """
+    """The class paths a config names, anywhere: the classes its user has chosen to run."""
     tree = config.as_dict() if isinstance(config, Namespace) else config
-    if not isinstance(tree, dict):
-        return set()
-    chosen = {value for where, value in _strings(tree, "") if where.endswith("class_path")}
-    for section in ("model", "data"):
-        chosen |= {value for _, value in _strings(tree.get(section), section)}
-    return chosen
+    return {value for where, value in _strings(tree, "") if where.endswith("class_path")}
 
 
-def refuse_untrusted(
-    checkpoint: dict[str, Any],
-    path: Path,
-    named: Iterable[str],
-    how_to_trust: str,
-    sections: Iterable[str] = MODEL_SECTIONS,
-) -> None:
-    """Stop before any import when the checkpoint names code that is not trusted.
-
-    `sections`: the checkpoint's hyperparameter dicts the command rebuilds from: the CLI
-    rebuilds only the model, `export` the DataModule too (DATA_SECTIONS).
-    """
-    trusted = set(named)
+def check_sections(checkpoint: dict[str, Any], path: Path, sections: Iterable[str]) -> None:
+    """Stop before anything is read from hyperparameters that are not Lightning's mapping,
+    name another instantiator than LightningCLI's, or expand past MAX_VALUES."""
+    sections = [key for key in sections if key in checkpoint]
     for key in sections:
-        if not isinstance(checkpoint.get(key, {}), dict):
+        if not isinstance(checkpoint[key], Mapping):
             raise Refusal(
                 f"{path}: `{key}` is a {type(checkpoint[key]).__name__}, not the mapping "
                 "of argument names to values Lightning saves, so the model cannot be rebuilt "
                 "from it. Use another file, or load only its weights with `fit --init_from FILE`."
             )
     instantiators = [
-        f"{key}._instantiator = {checkpoint[key]['_instantiator']}"
+        f"{key}._instantiator = {checkpoint[key]['_instantiator']!r}"
         for key in sections
-        if checkpoint.get(key, {}).get("_instantiator", INSTANTIATORS[0]) not in INSTANTIATORS
+        if checkpoint[key].get("_instantiator", INSTANTIATORS[0]) not in INSTANTIATORS
     ]
     if instantiators:
         raise Refusal(
@@ -106,12 +121,9 @@ def refuse_untrusted(
             "nothing was imported. Use another file, or load only this one's weights with "
             "`fit --init_from FILE`."
         )
-    found: list[tuple[str, str]] = []
     try:
-        _count({key: checkpoint[key] for key in sections if key in checkpoint}, {})
-        for key in sections:
-            found += _strings(checkpoint.get(key), key)
-    except _TOO_LARGE:
+        _count({key: checkpoint[key] for key in sections}, {})
+    except (_TooLarge, RecursionError):
         raise Refusal(
             f"{path} holds hyperparameters that expand to more than {MAX_VALUES:,} "
             "values (one value repeated through shared references, or nested too deep to "
@@ -119,26 +131,357 @@ def refuse_untrusted(
             "them. A checkpoint `fit` writes never holds such; use another file, or load only "
             "its weights with `fit --init_from FILE`."
         ) from None
-    found = [(where, value) for where, value in found if value not in trusted]
-    foreign = _foreign_class_names() if any(v.isidentifier() for _, v in found) else set()
-    untrusted = [
-        f"{where} = {value}" for where, value in found if not _harmless(where, value, foreign)
-    ]
-    if untrusted:
+
+
+def taken_hyperparameters(
+    hparams: Mapping[str, Any], section: str, path: Path, trust: Trust, default_class: Any = None
+) -> tuple[dict[str, Any], list[str]]:
+    """The hyperparameters as they may reach jsonargparse, and the keys left out because
+    the command line sets them and the checkpoint's values would be refused; a Refusal for
+    any other value that cannot be taken.
+
+    `section`: the config section they rebuild (`model`, `data`), for the keys named.
+    `default_class`: the class path they apply to when they record none (`_class_path`):
+    the config's class, as LightningCLI applies them.
+    """
+    taker = _Taker(trust)
+    taken = taker.section(hparams, section, default_class)
+    if taker.refused:
         raise Refusal(
-            f"{path} names code that neither this project, its config and command "
-            f"line, nor torch/Lightning provide: {'; '.join(dict.fromkeys(untrusted))}. "
-            "Rebuilding the model would import or build it (a class path, an import path or "
-            "a class name, in any value), which runs its code, so nothing was imported. If "
-            f"you trust this checkpoint and that code, {how_to_trust}."
+            f"{path} holds values this command does not take from a checkpoint: "
+            f"{'; '.join(dict.fromkeys(taker.refused))}. A checkpoint is data: a value is "
+            "taken only where the class being built declares a plain type (a number, a "
+            "string, a path, a choice), and a class only as a class path of this project, "
+            "torch or Lightning, or one the config or command line names; anything else "
+            "could make the command import code, so nothing was imported. If you trust this "
+            f"file, {trust.how} (e.g. `--{section}.<key> VALUE`, `--model.net "
+            "pkg.nets.Net`), or use another file."
         )
+    return taken, taker.replaced
+
+
+class _Taker:
+    """Walks hyperparameters by the types their classes declare, collecting refusals."""
+
+    def __init__(self, trust: Trust) -> None:
+        self.trust = trust
+        self.refused: list[str] = []
+        self.replaced: list[str] = []
+
+    def section(self, hparams: Mapping[str, Any], where: str, default_class: Any) -> dict[str, Any]:
+        """A LightningModule's or DataModule's hyperparameters, `_class_path` and all."""
+        taken: dict[str, Any] = {}
+        class_path = hparams.get("_class_path", default_class)
+        cls = self._class(class_path, f"{where}._class_path" if "_class_path" in hparams else where)
+        if "_class_path" in hparams and cls is not None:
+            taken["_class_path"] = class_path
+        if "_instantiator" in hparams:
+            taken["_instantiator"] = hparams["_instantiator"]  # check_sections checked it
+        arguments = {key: value for key, value in hparams.items() if not key.startswith("_")}
+        if cls is not None:
+            taken.update(self.arguments(cls, arguments, where))
+        return taken
+
+    def arguments(self, cls: type, arguments: Mapping[str, Any], where: str) -> dict[str, Any]:
+        """`arguments` for `cls(**arguments)`, each taken by its declared type.
+
+        A key the command line sets whose checkpoint value would be refused is left out
+        (the command line's value applies) and listed in `replaced`.
+        """
+        declared = _declared(cls)
+        taken: dict[str, Any] = {}
+        for key, value in arguments.items():
+            name = f"{where}.{key}"
+            annotation = declared.get(key, declared.get("**", _NOT_DECLARED))
+            if annotation is _NOT_DECLARED:
+                continue  # no such argument: Lightning and jsonargparse pass it to nothing
+            refused_before = len(self.refused)
+            kept = self.value(value, annotation, name)
+            if len(self.refused) > refused_before and self._explicit(name):
+                del self.refused[refused_before:]
+                self.replaced.append(name)
+            elif kept is not _REFUSED:
+                taken[key] = kept
+        return taken
+
+    def value(self, value: Any, annotation: Any, where: str) -> Any:
+        """`value` as it may be handed over for `annotation`, or _REFUSED (and why, recorded)."""
+        if _names_no_code(value):
+            return value  # numbers, booleans, None, tensors: nothing to import
+        if _is_plain(annotation):
+            if _fits(value, annotation):
+                return value
+            return self._refuse(where, value, "not of its declared type")
+        if _is_nested_config(annotation) and isinstance(value, Mapping):
+            return self.arguments(_origin_class(annotation), value, where)
+        if isinstance(value, str) and self._can_build(annotation):
+            # As a class config: jsonargparse would read a bare string as YAML or a path.
+            return _REFUSED if self._class(value, where) is None else {"class_path": value}
+        if isinstance(value, Mapping) and "class_path" in value and self._can_build(annotation):
+            return self.instance(value, where)
+        if isinstance(value, list | tuple) and _items_of(annotation) is not None:
+            items = [self.value(item, _items_of(annotation), f"{where}[{index}]")
+                     for index, item in enumerate(value)]  # fmt: skip
+            return _REFUSED if _REFUSED in items else type(value)(items)
+        return self._refuse(where, value, "no plain type is declared for it")
+
+    def instance(self, config: Mapping[str, Any], where: str) -> Any:
+        """A `{class_path, init_args, dict_kwargs}` config: a trusted class, its arguments."""
+        unknown = sorted(set(config) - set(CLASS_KEYS))
+        if unknown:
+            return self._refuse(where, dict(config), f"keys {unknown} are no class config's")
+        cls = self._class(config["class_path"], f"{where}.class_path")
+        if cls is None:
+            return _REFUSED
+        taken: dict[str, Any] = {"class_path": config["class_path"]}
+        for key in ("init_args", "dict_kwargs"):
+            arguments = config.get(key)
+            if arguments is None:
+                continue
+            if not isinstance(arguments, Mapping):
+                return self._refuse(f"{where}.{key}", arguments, "not a mapping")
+            taken[key] = self.arguments(cls, arguments, where)
+        return taken
+
+    def _class(self, class_path: Any, where: str) -> Any:
+        """The class `class_path` names, when it may be built; else None (refused)."""
+        if not isinstance(class_path, str):
+            self._refuse(where, class_path, "not a class path")
+            return None
+        if class_path in self.trust.named:
+            found = _import_named(class_path)
+        else:
+            found = trusted_object(class_path)
+        if not inspect.isclass(found):
+            reason = "not a class defined in this project, torch or Lightning"
+            self._refuse(where, class_path, reason)
+            return None
+        return found
+
+    def _can_build(self, annotation: Any) -> bool:
+        """Whether jsonargparse would build a class for `annotation` from a class config."""
+        return not _is_plain(annotation) and annotation is not Any
+
+    def _explicit(self, where: str) -> bool:
+        """Set on the command line: the key, or a key above it given a whole mapping."""
+        parts = where.split(".")
+        above = (".".join(parts[:count]) for count in range(1, len(parts)))
+        return where in self.trust.explicit or any(key in self.trust.mappings for key in above)
+
+    def _refuse(self, where: str, value: Any, why: str) -> Any:
+        self.refused.append(f"{where} = {_shown(value)} ({why})")
+        return _REFUSED
+
+
+_REFUSED: Any = object()
+_NOT_DECLARED: Any = object()
+
+
+def trusted_object(class_path: str) -> Any:
+    """What an exact dotted name of this project's package, torch or Lightning names; None
+    for any other name, or one that reaches outside them (`torch.os.system` is `os.system`,
+    which torch imported; jsonargparse follows attributes the same way).
+
+    Only modules of the trusted packages are imported. No part may be a dunder
+    (`pkg.__main__`, `torch.nn.Module.__init__.__globals__`).
+    """
+    parts = class_path.split(".")
+    if (
+        len(parts) < 2
+        or parts[0] not in TRUSTED_PACKAGES
+        or not all(part.isidentifier() for part in parts)
+        or any(part.startswith("__") for part in parts)
+    ):
+        return None
+    try:
+        node: Any = importlib.import_module(parts[0])
+        for depth, part in enumerate(parts[1:], start=2):
+            if hasattr(node, part):
+                node = getattr(node, part)
+            elif inspect.ismodule(node):
+                node = importlib.import_module(".".join(parts[:depth]))  # trusted code
+            else:
+                return None
+            if not _is_trusted_module(_home(node)):
+                return None
+    except Exception:  # raised by trusted code: the name names nothing to build
+        return None
+    return node
+
+
+def _import_named(class_path: str) -> Any:
+    """A class path the config or command line names: imported as jsonargparse would."""
+    module, _, name = class_path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name) if module else None
+    except (ImportError, AttributeError, ValueError):
+        return None
+
+
+def _declared(cls: type) -> dict[str, Any]:
+    """Parameter name -> declared type of `cls(...)`; `**` present when it takes **kwargs.
+
+    An argument without an annotation is declared by its default's type when that is plain,
+    else as Any. An annotation that cannot be resolved is `_Unknown` (a class position).
+    """
+    try:
+        signature = inspect.signature(cls)
+    except (TypeError, ValueError):
+        return {}
+    init = getattr(cls, "__init__", None)
+    try:
+        hints = typing.get_type_hints(init) if init is not None else {}
+    except Exception:  # a forward reference its module cannot resolve
+        hints = {}
+    declared: dict[str, Any] = {}
+    for name, parameter in signature.parameters.items():
+        if parameter.kind is parameter.VAR_KEYWORD:
+            declared["**"] = Any
+            continue
+        if parameter.kind is parameter.VAR_POSITIONAL:
+            continue
+        annotation = hints.get(name, parameter.annotation)
+        if annotation is inspect.Parameter.empty:
+            default = parameter.default
+            plain = default is not inspect.Parameter.empty and _is_plain(type(default))
+            annotation = type(default) if plain and default is not None else Any
+        elif isinstance(annotation, str):
+            annotation = _Unknown
+        declared[name] = annotation
+    return declared
+
+
+def _is_plain(annotation: Any) -> bool:
+    """Whether `annotation` declares only plain values, for which jsonargparse builds no
+    class and reads no YAML or file (int, str, a path, a Literal, lists/dicts of those)."""
+    origin = typing.get_origin(annotation)
+    arguments = typing.get_args(annotation)
+    if annotation is None or annotation is type(None):
+        return True
+    if origin is typing.Literal:
+        return all(_names_no_code(choice) or isinstance(choice, str) for choice in arguments)
+    if origin in (typing.Union, types.UnionType):
+        return all(_is_plain(arm) for arm in arguments)
+    if origin in (list, tuple, set, frozenset, dict) or _is_abc_container(origin):
+        items = [arm for arm in arguments if arm is not Ellipsis]
+        return bool(items) and all(_is_plain(arm) for arm in items)
+    if _is_path(annotation):
+        return True
+    if inspect.isclass(annotation):
+        return issubclass(annotation, enum.Enum) or annotation in _PLAIN_TYPES
+    return False
+
+
+def _is_path(annotation: Any) -> bool:
+    """A path type: pathlib's, `os.PathLike`, or jsonargparse's (`Path_fr`), which checks a
+    path and reads nothing from it."""
+    annotation = typing.get_origin(annotation) or annotation
+    return inspect.isclass(annotation) and issubclass(
+        annotation, pathlib.PurePath | os.PathLike | jsonargparse.Path
+    )
+
+
+def _fits(value: Any, annotation: Any) -> bool:
+    """Whether `value` has the plain type `annotation` declares."""
+    origin = typing.get_origin(annotation)
+    arguments = typing.get_args(annotation)
+    if annotation is None or annotation is type(None):
+        return value is None
+    if origin is typing.Literal:
+        return any(value == choice and type(value) is type(choice) for choice in arguments)
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, arm) for arm in arguments)
+    if origin is dict or (origin is not None and _is_mapping(origin)):
+        keys, values = (*arguments, Any, Any)[:2]
+        return isinstance(value, Mapping) and all(
+            _fits(key, keys) and _fits(item, values) for key, item in value.items()
+        )
+    if origin is tuple and arguments and arguments[-1] is not Ellipsis:
+        return (
+            isinstance(value, list | tuple)
+            and len(value) == len(arguments)
+            and all(_fits(item, arm) for item, arm in zip(value, arguments, strict=True))
+        )
+    if origin is not None:  # list, set, Sequence, tuple[X, ...]
+        return isinstance(value, list | tuple | set | frozenset) and all(
+            _fits(item, arguments[0]) for item in value
+        )
+    if inspect.isclass(annotation) and issubclass(annotation, enum.Enum):
+        return isinstance(value, annotation) or (
+            isinstance(value, str) and value in annotation.__members__
+        )
+    if annotation is bool:
+        return isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if annotation is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if _is_path(annotation):
+        return isinstance(value, str | pathlib.PurePath)
+    return annotation is str and isinstance(value, str)
+
+
+def _names_no_code(value: Any) -> bool:
+    """A value holding no string and no mapping (numbers, booleans, None, tensors, lists of
+    them): jsonargparse reads no class, YAML or path from it, whatever the declared type."""
+    if isinstance(value, str | bytes | Mapping | Namespace):
+        return False
+    if isinstance(value, list | tuple | set | frozenset):
+        return all(_names_no_code(item) for item in value)
+    return True
+
+
+def _is_nested_config(annotation: Any) -> bool:
+    """A dataclass: jsonargparse parses it as a group of its fields, not a class_path."""
+    return dataclasses.is_dataclass(_origin_class(annotation))
+
+
+def _origin_class(annotation: Any) -> Any:
+    return typing.get_origin(annotation) or annotation
+
+
+def _items_of(annotation: Any) -> Any:
+    """The item type of a list/tuple/Sequence annotation (`list[nn.Module]`); else None."""
+    origin, arguments = typing.get_origin(annotation), typing.get_args(annotation)
+    container = origin in (list, tuple, set) or _is_abc_container(origin)
+    return arguments[0] if container and not _is_mapping(origin) and arguments else None
+
+
+def _is_abc_container(origin: Any) -> bool:
+    return (
+        inspect.isclass(origin)
+        and issubclass(origin, collections.abc.Iterable)
+        and not issubclass(origin, str)
+    )
+
+
+def _is_mapping(origin: Any) -> bool:
+    return inspect.isclass(origin) and issubclass(origin, Mapping)
+
+
+def _home(node: Any) -> str:
+    """The module that defines `node` (for an instance, its class's)."""
+    if inspect.ismodule(node):
+        return node.__name__
+    module = getattr(node, "__module__", None)
+    return module if isinstance(module, str) else type(node).__module__
+
+
+def _is_trusted_module(name: str) -> bool:
+    return name.split(".", 1)[0] in TRUSTED_PACKAGES
+
+
+def _shown(value: Any) -> str:
+    """A value as a refusal names it: repr, control characters escaped, at most 120 characters."""
+    text = repr(value)
+    return text if len(text) <= 120 else f"{text[:117]}..."
 
 
 def _count(tree: Any, sizes: dict[int, int]) -> int:
     """Values in `tree`, each shared one counted every time it is reached (as a walk does)."""
     if id(tree) in sizes:
         return sizes[id(tree)]
-    if isinstance(tree, dict):
+    if isinstance(tree, Mapping):
         children: Iterable[Any] = tree.values()
     elif isinstance(tree, list | tuple | set):
         children = tree
@@ -164,86 +507,10 @@ def _strings(tree: Any, where: str, seen: set[int] | None = None) -> list[tuple[
     if isinstance(tree, Namespace):
         tree = tree.as_dict()
     items: Iterator[tuple[str, Any]]
-    if isinstance(tree, dict):
+    if isinstance(tree, Mapping):
         items = ((f"{where}.{key}" if where else str(key), value) for key, value in tree.items())
     elif isinstance(tree, list | tuple | set):
         items = ((f"{where}[{index}]", value) for index, value in enumerate(tree))
     else:
         return []
     return [found for key, value in items for found in _strings(value, key, seen)]
-
-
-def _harmless(where: str, value: str, foreign: set[str]) -> bool:
-    """Whether the string can import or build no code outside the trusted packages.
-
-    `foreign`: the class names a bare name could resolve to outside them.
-    """
-    parts = value.split(".")
-    if not all(part.isidentifier() for part in parts):
-        return True  # not an import path, nor a class name
-    if len(parts) == 1:
-        return value not in foreign
-    if parts[0] in TRUSTED_PACKAGES:
-        return _defined_inside(parts)
-    if where.rsplit(".", 1)[-1] in ("class_path", "_class_path"):
-        return False  # a class is asked for: refused, here or not (else a traceback says so)
-    try:
-        return importlib.util.find_spec(parts[0]) is None  # a top-level name: imports nothing
-    except _UNIMPORTABLE:
-        return False
-
-
-def _defined_inside(parts: list[str]) -> bool:
-    """Whether each step of a trusted package's path is itself trusted code.
-
-    `torch.os.system` starts in torch but is `os.system`, which torch imported; jsonargparse
-    follows attributes the same way. A step that does not exist stops jsonargparse too.
-    """
-    node: Any = importlib.import_module(parts[0])
-    for depth, part in enumerate(parts[1:], start=2):
-        try:
-            if hasattr(node, part):
-                node = getattr(node, part)
-            elif inspect.ismodule(node):
-                node = importlib.import_module(".".join(parts[:depth]))  # trusted code
-            else:
-                return True
-        except Exception:  # raised by trusted code: jsonargparse would fail there too
-            return True
-        if not _is_trusted_module(_home(node)):
-            return False
-    return True
-
-
-def _home(node: Any) -> str:
-    """The module that defines `node` (for an instance, its class's)."""
-    if inspect.ismodule(node):
-        return node.__name__
-    module = getattr(node, "__module__", None)
-    return module if isinstance(module, str) else type(node).__module__
-
-
-def _is_trusted_module(name: str) -> bool:
-    return name.split(".", 1)[0] in TRUSTED_PACKAGES
-
-
-def _foreign_class_names() -> set[str]:
-    """Names of imported classes that jsonargparse may build for a bare class name.
-
-    It looks a bare name up among the imported subclasses of the class a parameter
-    declares; the parameters of the project's modules declare project, torch or Lightning
-    classes. So: subclasses of those, defined outside them (a library's nn.Module).
-    """
-    names: set[str] = set()
-    for module in list(sys.modules.values()):
-        module_name = getattr(module, "__name__", None)
-        if not isinstance(module_name, str) or _is_trusted_module(module_name):
-            continue
-        for value in list(getattr(module, "__dict__", {}).values()):
-            if (
-                isinstance(value, type)
-                and getattr(value, "__module__", None) == module_name
-                and any(_is_trusted_module(str(base.__module__)) for base in value.__mro__[1:])
-            ):
-                names.add(value.__name__)
-    return names

@@ -36,7 +36,6 @@ It is taken from the run's resolved config instead, which every checkpoint the C
 records (provenance.py); `export` rebuilds from both the same way.
 """
 
-import copy
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -46,7 +45,13 @@ import yaml
 from jsonargparse import ArgumentParser, Namespace
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
-from ..checkpoints.trusted_classes import DATA_SECTIONS, named_in, refuse_untrusted
+from ..checkpoints.trusted_classes import (
+    DATA_SECTIONS,
+    Trust,
+    check_sections,
+    named_in,
+    taken_hyperparameters,
+)
 from ..platform.refusal import Refusal
 from ..platform.yaml_guard import UnsafeYaml, load_yaml
 
@@ -99,16 +104,6 @@ def recorded_run_length(checkpoint: dict[str, Any]) -> dict[str, Any]:
     return {key: trainer[key] for key in ("max_epochs", "max_steps") if key in trainer}
 
 
-def with_recorded_arguments(checkpoint: dict[str, Any], keys: Sequence[str]) -> dict[str, Any]:
-    """The checkpoint, each hyperparameter section under `keys` completed from its config."""
-    completed = {
-        key: {**checkpoint[key], **recorded_arguments(checkpoint, key)}
-        for key in keys
-        if isinstance(checkpoint.get(key), dict)
-    }
-    return {**checkpoint, **completed}
-
-
 def checkpoint_data(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
     """The DataModule the run trained with, as hyperparameters with `_class_path`; None if
     the checkpoint records none (a DataModule without save_hyperparameters, or no CLI):
@@ -124,11 +119,11 @@ def checkpoint_data(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
     return {"_class_path": section["class_path"], **(init_args or {})}
 
 
-def saved_model_section(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
-    """The checkpoint's hyperparameters as LightningCLI applies them to `model:` when it
-    reads `--ckpt_path` (its `_parse_ckpt_path`): a class with `_class_path`, its
-    arguments as `dict_kwargs`; None without any. A copy: the checkpoint stays as read."""
-    hparams = copy.deepcopy(dict(checkpoint.get("hyper_parameters") or {}))
+def _as_model_section(hparams: dict[str, Any]) -> dict[str, Any] | None:
+    """Hyperparameters as LightningCLI applies them to `model:` when it reads `--ckpt_path`
+    (its `_parse_ckpt_path`): a class with `_class_path`, its arguments as `dict_kwargs`;
+    None without any."""
+    hparams = dict(hparams)
     hparams.pop("_instantiator", None)
     if not hparams:
         return None
@@ -137,8 +132,26 @@ def saved_model_section(checkpoint: dict[str, Any]) -> dict[str, Any] | None:
     return hparams
 
 
+def _class_path_of(section: Any) -> str | None:
+    """The class path a config section names (`model:`, `data:`); None if it names none."""
+    class_path = section.get("class_path") if isinstance(section, Namespace) else None
+    return class_path if isinstance(class_path, str) else None
+
+
+def _refuse_replaced_on_resume(path: Path, replaced: list[str]) -> None:
+    raise Refusal(
+        f"fit --ckpt_path {path}: the command line sets {', '.join(replaced)}, whose "
+        "values in the checkpoint are not taken from a file (see the keys above: no plain "
+        "type, or a class outside this project, torch and Lightning). Resuming restores the "
+        "optimizer and scheduler state saved with the checkpoint's values, so a run "
+        "continued with other values would not be the same run. To train from these "
+        f"weights with your values, start a new run: `fit --init_from {path}`."
+    )
+
+
 class CheckpointHparams:
-    """The model and data sections before the checkpoint is applied, and the flags typed."""
+    """The model and data sections before the checkpoint is applied, the flags typed, and
+    the checkpoint's hyperparameters as they may be applied (trusted_classes.py)."""
 
     def __init__(
         self, command: str, config: Namespace, path: Path, checkpoint: dict[str, Any], args: Any
@@ -146,21 +159,31 @@ class CheckpointHparams:
         words = args if isinstance(args, list) else sys.argv[1:]
         self.explicit = {section: explicit_keys(words, section) for section in SECTIONS}
         self.data = _data_to_rebuild(checkpoint, config.get("data"), self.explicit["data"])
-        rebuilt = with_recorded_arguments(checkpoint, ["hyper_parameters"])
-        if self.data is not None:
-            rebuilt = {**rebuilt, DATA_SECTIONS[0]: self.data}
-        refuse_untrusted(
-            rebuilt,
-            path,
-            named_in(config),
-            "give each of those values on the command line yourself (e.g. `--model "
-            "pkg.module.Class`, `--model.net pkg.nets.Net`, `--data pkg.data.Class`)",
-            sections=("hyper_parameters", *(DATA_SECTIONS if self.data is not None else ())),
+        check_sections(checkpoint, path, ("hyper_parameters", *DATA_SECTIONS))
+        trust = Trust(
+            named=frozenset(named_in(config)),
+            explicit=frozenset(key for keys in self.explicit.values() for key in keys),
+            mappings=frozenset(
+                key for keys in self.explicit.values() for key, whole in keys.items() if whole
+            ),
+            how="give each of those values on the command line yourself",
         )
         self.command, self.path = command, path
-        self.saved = saved_model_section(checkpoint)
-        self.recorded = recorded_arguments(checkpoint)
-        self.class_path = (checkpoint.get("hyper_parameters") or {}).get("_class_path")
+        hparams = dict(checkpoint.get("hyper_parameters") or {})
+        hparams.pop("_instantiator", None)
+        self.class_path = hparams.get("_class_path")
+        recorded = recorded_arguments(checkpoint)
+        model_class = _class_path_of(config.get("model"))
+        taken, replaced = taken_hyperparameters(
+            {**hparams, **recorded}, "model", path, trust, model_class
+        )
+        if self.data is not None:
+            data, replaced_data = taken_hyperparameters(self.data, "data", path, trust)
+            self.data, replaced = data, [*replaced, *replaced_data]
+        if replaced and command == "fit":
+            _refuse_replaced_on_resume(path, replaced)
+        self.saved = _as_model_section({k: v for k, v in taken.items() if k not in recorded})
+        self.recorded = {key: value for key, value in taken.items() if key in recorded}
         self.run_length = recorded_run_length(checkpoint)
         if self.data is None:
             _refuse_data_without_record(path, checkpoint, config, self.class_path, self.explicit)
@@ -188,7 +211,7 @@ class CheckpointHparams:
         Applied as LightningCLI applies the hyperparameters themselves, so `reconcile`
         treats all alike: listed, and yielding to flags typed on the command line.
         """
-        if self.recorded:
+        if self.recorded and self.class_path:
             model = {"class_path": self.class_path, "dict_kwargs": self.recorded}
             config = parser.parse_object({self.command: {"model": model}}, config)
         if self.data is not None:

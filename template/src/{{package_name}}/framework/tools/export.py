@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import importlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,13 +32,22 @@ from typing import Any
 import torch
 import yaml
 from lightning.pytorch import LightningDataModule, LightningModule
+from lightning.pytorch.cli import instantiate_module
+from lightning.pytorch.utilities.model_helpers import is_overridden
 
 from ..checkpoints.consolidate import gathered_copy
 from ..checkpoints.load import is_sharded, load_checkpoint
-from ..checkpoints.trusted_classes import DATA_SECTIONS, MODEL_SECTIONS, named_in, refuse_untrusted
+from ..checkpoints.trusted_classes import (
+    DATA_SECTIONS,
+    MODEL_SECTIONS,
+    Trust,
+    check_sections,
+    named_in,
+    taken_hyperparameters,
+)
 from ..platform.paths import DEFAULT_CONFIG, project_path
 from ..platform.refusal import Refusal
-from ..run.checkpoint_hparams import recorded_arguments, with_recorded_arguments
+from ..run.checkpoint_hparams import recorded_arguments
 
 
 def rebuild(
@@ -47,30 +55,55 @@ def rebuild(
 ) -> tuple[LightningModule, LightningDataModule | None]:
     """The module (and data module, when recorded) of a CLI-trained checkpoint, with its weights.
 
-    Only classes of the project, of torch/Lightning, named in `configs/default.yaml` or in
-    `trusted` are imported (trusted_classes.py); any other stops the export first.
+    Built from the hyperparameters as trusted_classes.py takes them (classes of the project,
+    of torch/Lightning, named in `configs/default.yaml` or in `trusted`), never from the
+    file's own values: Lightning's `load_from_checkpoint` would hand every one of them to
+    jsonargparse. Arguments kept out of the hyperparameters (an injected `net`) come from
+    the recorded config, taken the same way.
     """
     config = yaml.safe_load(DEFAULT_CONFIG.read_text()) if DEFAULT_CONFIG.is_file() else {}
-    named = [*named_in(config), *trusted]
-    sections = (*MODEL_SECTIONS, *DATA_SECTIONS)
-    completed = with_recorded_arguments(checkpoint, ("hyper_parameters", *DATA_SECTIONS))
-    refuse_untrusted(completed, path, named, "add `--trust CLASS` for each", sections)
-    for key in ("hyper_parameters", *DATA_SECTIONS):
-        class_path = checkpoint.get(key, {}).get("_class_path")
-        if class_path:  # Lightning only builds classes that are already imported
-            importlib.import_module(class_path.rsplit(".", 1)[0])
-    # Arguments kept out of the hyperparameters (an injected `net`) from the recorded config.
-    model = LightningModule.load_from_checkpoint(
-        path, map_location="cpu", weights_only=True, **recorded_arguments(checkpoint)
+    trust = Trust(
+        named=frozenset({*named_in(config), *trusted}), how="add `--trust CLASS` for each"
     )
+    check_sections(checkpoint, path, (*MODEL_SECTIONS, *DATA_SECTIONS))
+    # As load_from_checkpoint merges them: older Lightning's sections first.
+    merged = {
+        key: value
+        for section in MODEL_SECTIONS
+        for key, value in (checkpoint.get(section) or {}).items()
+    }
+    hparams = {**merged, **recorded_arguments(checkpoint)}
+    _require_class(hparams, LightningModule)
+    model_hparams, _ = taken_hyperparameters(hparams, "model", path, trust)
+    model = instantiate_module(LightningModule, _without_instantiator(model_hparams))
+    if is_overridden("configure_model", model):
+        model.configure_model()
+    model.on_load_checkpoint(checkpoint)
+    model.load_state_dict(checkpoint["state_dict"], strict=model.strict_loading)
     datamodule = None
-    if checkpoint.get("datamodule_hyper_parameters", {}).get("_class_path"):
-        datamodule = LightningDataModule.load_from_checkpoint(
-            path,
-            weights_only=True,
-            **recorded_arguments(checkpoint, "datamodule_hyper_parameters"),
-        )
+    data = checkpoint.get(DATA_SECTIONS[0]) or {}
+    if data.get("_class_path"):
+        data = {**data, **recorded_arguments(checkpoint, DATA_SECTIONS[0])}
+        data_hparams, _ = taken_hyperparameters(data, "data", path, trust)
+        datamodule = instantiate_module(LightningDataModule, _without_instantiator(data_hparams))
+        state = checkpoint.get(type(datamodule).__qualname__)
+        if state is not None:
+            datamodule.load_state_dict(state)
     return model, datamodule
+
+
+def _require_class(hparams: dict[str, Any], base: type) -> None:
+    if not isinstance(hparams.get("_class_path"), str):
+        raise Refusal(
+            f"the checkpoint records no class for its {base.__name__} (no `_class_path` in its "
+            "hyperparameters: it was not trained through this project's CLI), so export cannot "
+            "rebuild it. Export it from the code that built it, or train it with the CLI."
+        )
+
+
+def _without_instantiator(hparams: dict[str, Any]) -> dict[str, Any]:
+    """As LightningCLI's instantiator receives them from load_from_checkpoint."""
+    return {key: value for key, value in hparams.items() if key != "_instantiator"}
 
 
 @dataclass
@@ -243,8 +276,8 @@ def export(argv: Sequence[str]) -> int:
         action="append",
         default=[],
         metavar="CLASS",
-        help="a value the checkpoint names (a class or import path) that may be imported "
-        "(see trusted_classes.py)",
+        help="a class path the checkpoint names that may be imported and built, for a file "
+        "you trust (see trusted_classes.py)",
     )
     args = parser.parse_args(argv)
     path = project_path(args.checkpoint)
