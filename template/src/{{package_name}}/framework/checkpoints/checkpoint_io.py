@@ -9,9 +9,10 @@ names `AtomicCheckpointIO` in `trainer.plugins`, so every save (ModelCheckpoint,
 and fsyncs it, then renames it over the target: a reader sees the old file or the new one,
 never half of one. A save killed midway leaves only a `.<name>.<pid>.partial` file
 behind (`.save.<owner>.<random>.partial`), which the next save into that folder deletes
-once its process is gone. The file
-gets the permissions any file the process writes gets (the umask), like the run's logs,
-not the owner-only 0600 of a temporary file.
+once its process is gone. A save that finds the disk full stops the run with one
+paragraph naming the file and the free space (the earlier checkpoints stay as they
+were). The file gets the permissions any file the process writes gets (the umask), like
+the run's logs, not the owner-only 0600 of a temporary file.
 
 Loads go through `load_checkpoint` (inspect_ckpt.py), and warn where the checkpoint's
 code or versions differ from this run's (provenance.py). A checkpoint the command has
@@ -19,9 +20,11 @@ read already (run_plan.py) is handed over with `preload` and given back to the
 Trainer's load of that path instead of a second read of the file.
 """
 
+import errno
 import hashlib
 import os
 import re
+import shutil
 import socket
 import tempfile
 from pathlib import Path
@@ -30,6 +33,7 @@ from typing import Any
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+from ..platform.refusal import Refusal
 from .load import load_checkpoint
 from .provenance import warn_if_environment_differs
 
@@ -74,8 +78,10 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(tmp, path)
-        except BaseException:
+        except BaseException as error:
             Path(tmp).unlink(missing_ok=True)
+            if _disk_full(error):
+                raise Refusal(_no_space(path)) from None
             raise
         _fsync_directory(path.parent)
 
@@ -91,6 +97,33 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             checkpoint = load_checkpoint(Path(path))
         warn_if_environment_differs(checkpoint.get("provenance"), path)
         return checkpoint
+
+
+def _disk_full(error: BaseException) -> bool:
+    """Whether a save failed for want of space (or quota): torch's zip writer reports the
+    OSError of the file's write as a RuntimeError of its own, the OSError its context."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in _FULL:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+_FULL = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
+
+
+def _no_space(path: Path) -> str:
+    """The refusal of a save that found the disk full: the file, the free space, the fix."""
+    free = shutil.disk_usage(path.parent).free
+    kept = "keeps its previous version" if path.exists() else "was not written"
+    return (
+        f"no space left to write the checkpoint {path} ({free / 2**20:.0f} MiB free on the "
+        f"disk of {path.parent}); the run stopped there. The checkpoints saved before are "
+        f"intact ({path.name} {kept}; the partial file was removed). Free space on that disk "
+        "(old runs, or fewer kept checkpoints: `--checkpoint.save_top_k`), then resume with "
+        "`--ckpt_path last` in the same run folder."
+    )
 
 
 def _read_umask() -> int:

@@ -17,14 +17,19 @@ What stays here is what no signature the framework owns can state:
   by name, before anything is built;
 - more workers than CPUs, which depends on the machine: for the configured value here,
   and for every loader your code builds when it is built (loader_hooks.py), whatever
-  its arguments are called.
+  its arguments are called;
+- an optimizer's numbers (a negative learning rate): its signature says `float`, and
+  torch's range checks run only when Lightning builds it, deep inside `fit`.
 
 An unwritable run folder is refused by run_root.py.
 """
 
+import inspect
 import os
+import pydoc
 from typing import Any, TypeGuard
 
+import torch
 from jsonargparse import Namespace
 
 from .loaders import LoaderOptions
@@ -42,6 +47,7 @@ def refuse_bad_input(command: str, config: Any) -> None:
     check_data_arguments(config.get("data"))
     if command == "fit":
         check_training_length(config.trainer)
+        check_optimizer_arguments(config)
 
 
 def available_cpus() -> int:
@@ -133,6 +139,73 @@ def check_training_length(trainer_config: Any) -> None:
                 f"nothing. Give a positive number, or -1 for no limit (then set the other "
                 "of max_epochs / max_steps)."
             )
+
+
+def check_optimizer_arguments(config: Any) -> None:
+    """The arguments given to a torch optimizer (`--model.optimizer.lr -1`), judged by torch.
+
+    torch checks an optimizer's arguments when it is built, which Lightning does inside
+    `fit`, after the model and the run's logs are made: the error came as a traceback that
+    named no option. Each torch optimizer in the config (the module's injected
+    `OptimizerCallable`s, LightningCLI's own `--optimizer`) is built here on one scalar
+    parameter: torch's own checks, before any work, naming the option to fix. The switches
+    that pick an implementation for a device (`fused`, `foreach`, ...) are left out, as
+    this is not the device the run trains on; other libraries' optimizers are judged when
+    the fit builds them.
+    """
+    model = config.get("model")
+    model_args = model.get("init_args") if isinstance(model, Namespace) else None
+    given = vars(model_args) if isinstance(model_args, Namespace) else {}
+    sections = {f"--model.{key}": value for key, value in given.items()}
+    for flag, section in {**sections, "--optimizer": config.get("optimizer")}.items():
+        optimizer = _torch_optimizer(section)
+        if optimizer is not None:
+            arguments = section.get("init_args")
+            given = vars(arguments) if isinstance(arguments, Namespace) else {}
+            _check_optimizer(flag, optimizer, {k: v for k, v in given.items() if k not in DEVICE})
+
+
+DEVICE = ("fused", "foreach", "capturable", "differentiable")  # torch.optim's device switches
+
+
+def _torch_optimizer(section: Any) -> type[torch.optim.Optimizer] | None:
+    """The class a config section names, when it is one of torch.optim's optimizers."""
+    path = section.get("class_path") if isinstance(section, Namespace) else None
+    found = (
+        pydoc.locate(path) if isinstance(path, str) and path.startswith("torch.optim.") else None
+    )
+    return found if isinstance(found, type) and issubclass(found, torch.optim.Optimizer) else None
+
+
+def _check_optimizer(
+    flag: str, optimizer: type[torch.optim.Optimizer], given: dict[str, Any]
+) -> None:
+    probe = [torch.nn.Parameter(torch.zeros(()))]
+    try:
+        optimizer(probe, **given)
+    except ValueError as error:
+        # The argument torch refuses on its own; a combination refused as a whole names none.
+        culprits = [key for key in given if _refused(optimizer, probe, key, given[key])]
+        name, program = optimizer.__name__, f"python -m {__package__.split('.')[0]} fit"
+        where = f"{flag}.{culprits[0]} {given[culprits[0]]}" if culprits else flag
+        known = inspect.signature(optimizer).parameters
+        default = known[culprits[0]].default if culprits and culprits[0] in known else None
+        hint = f" (its default: {default})" if isinstance(default, int | float) else ""
+        raise Refusal(
+            f"{where} ({name}): torch refuses it ({error}), as it would when the fit builds "
+            f"the optimizer. Give a value {name} accepts{hint}; `{program} {flag}.help {name}` "
+            "lists its arguments."
+        ) from None
+
+
+def _refused(
+    optimizer: type[torch.optim.Optimizer], probe: list[Any], key: str, value: Any
+) -> bool:
+    try:
+        optimizer(probe, **{key: value})
+    except ValueError:
+        return True
+    return False
 
 
 def _is_int(value: object) -> TypeGuard[int]:

@@ -26,8 +26,6 @@ from .refusal import Refusal
 
 MAX_ALIAS_VALUES = 100_000  # nodes aliases may add; the shipped configs' aliases add none
 CONFIG_FLAGS = ("--config", "-c")
-# One name, not a tuple in the clause: ruff writes those apart for Python 3.14 targets.
-_UNREADABLE = (OSError, UnicodeDecodeError)
 
 
 class UnsafeYaml(ValueError):
@@ -86,9 +84,10 @@ def checked_config_words(words: Sequence[str]) -> list[str]:
 
     An empty file (nothing, or only comments) is taken as no overrides and left out:
     jsonargparse would stop with "Unexpected config: " and nothing after it, and a file
-    that says nothing has nothing to change. A file whose aliases expand past the bound
-    stops the command with one paragraph naming it. Other values (a YAML string, a file
-    that does not exist) are left to jsonargparse.
+    that says nothing has nothing to change. A file whose aliases expand past the bound,
+    or that is not UTF-8 text (jsonargparse reads config files as UTF-8 and would stop
+    with a traceback), stops the command with one paragraph naming it. Other values (a
+    YAML string, a file that does not exist) are left to jsonargparse.
     """
     kept: list[str] = []
     index = 0
@@ -110,10 +109,13 @@ def checked_config_words(words: Sequence[str]) -> list[str]:
 
 
 def _is_empty_config(path: Path) -> bool:
-    """Whether `path` is a YAML file that holds nothing; stops on one that expands too far."""
+    """Whether `path` is a YAML file that holds nothing; stops on one that expands too far
+    or is not UTF-8."""
     try:
         text = path.read_text(encoding="utf-8") if path.is_file() else None
-    except _UNREADABLE:
+    except UnicodeDecodeError as error:
+        raise Refusal(_not_utf8(path, error)) from None
+    except OSError:
         return False  # jsonargparse reports what it cannot read
     if text is None:
         return False
@@ -126,6 +128,17 @@ def _is_empty_config(path: Path) -> bool:
     if empty:
         rank_zero_info(f"--config {path} is empty (or only comments): no overrides from it.")
     return empty
+
+
+def _not_utf8(path: Path, error: UnicodeDecodeError) -> str:
+    """Where the first byte that is not UTF-8 is (line, value), and how to convert the file."""
+    line = error.object[: error.start].count(b"\n") + 1
+    return (
+        f"the config file {path} is not UTF-8 text: byte 0x{error.object[error.start]:02x} "
+        f"on line {line} is not valid UTF-8 ({error.reason}); config files are read as "
+        "UTF-8. Save it as UTF-8 in your editor, or convert it, e.g. from Latin-1: "
+        f"`iconv -f latin1 -t utf-8 {path.name} > {path.stem}.utf8{path.suffix}`."
+    )
 
 
 def guard_jsonargparse_yaml() -> None:

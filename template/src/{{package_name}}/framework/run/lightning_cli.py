@@ -49,6 +49,7 @@ from ..platform.paths import (
 from ..platform.refusal import Refusal
 from ..platform.yaml_guard import checked_config_words, guard_jsonargparse_yaml
 from .checkpoint_hparams import CheckpointHparams
+from .failed_start import RootBefore, ran_a_batch
 from .parse_errors import one_paragraph
 from .precision import check_built_trainer, lightning_refusals
 from .run_folders import (
@@ -62,7 +63,7 @@ from .run_folders import (
 from .run_length import ProjectTrainer
 from .run_plan import RunPlan, plan_checkpoint
 from .run_record import continue_loggers, record_end, record_invocation
-from .run_root import claim_run_root, is_launching_process
+from .run_root import check_run_root_path, claim_run_root, is_launching_process
 
 TRAINER_COMMANDS = ("fit", "validate", "test", "predict")
 PREDICT_LOADERS = ("predict_dataloader", "val_dataloader", "test_dataloader")
@@ -144,11 +145,18 @@ class ProjectCLI(LightningCLI):
     _planned_root: bool = False  # no root was given: run_folders.py chose it
     _fresh_root: bool = False  # the run root is a new folder, claimed before instantiation
     _recorded: Path | None = None  # the run root whose command.txt records this command
+    _before: RootBefore | None = None  # what the run root held before the command claimed it
 
     def __init__(self, args: list[str] | None = None, **kwargs: Any) -> None:
         started = time.monotonic()
         try:
             self._init(args, **kwargs)
+        except BaseException:
+            # Stopped before any batch: the run folder is put back as it was (failed_start.py).
+            if self._before is not None and not ran_a_batch(getattr(self, "trainer", None)):
+                self._before.undo()
+                self._recorded = None
+            raise
         finally:
             forget_handed_down()
             self._plan = None  # a plan serves one command (its checkpoint, if still held)
@@ -251,7 +259,7 @@ class ProjectCLI(LightningCLI):
         words = [str(word) for word in given]
         self._words = words[1:]
         self.config = _parse_with_own_defaults(
-            parser, _with_experiment(checked_config_words(words))
+            parser, checked_config_words(_with_experiment(words))
         )
         command = self.config.subcommand
         config = self.config[command]
@@ -261,6 +269,9 @@ class ProjectCLI(LightningCLI):
         else:
             root, self._fresh_root = planned_root(command, folder, config.get("ckpt_path"))
             layout, self._planned_root = RunLayout(root), True
+        check_run_root_path(
+            layout.root, "--runs_dir" if self._planned_root else "--trainer.default_root_dir"
+        )
         config.trainer.default_root_dir = str(layout.root)
         _root_loggers(config.trainer.logger, layout.root)
         refuse_bad_input(command, config)
@@ -290,7 +301,8 @@ class ProjectCLI(LightningCLI):
         """Reconcile the checkpoint's hyperparameters, claim the run root, record the command.
 
         In this order, so a refused fit writes nothing, not even `command.txt`; a resumed
-        fit then continues its loggers' versions.
+        fit then continues its loggers' versions. What the root held is noted first: a
+        command that stops before its first batch puts it back (failed_start.py).
         """
         # LightningCLI has applied the checkpoint's hyperparameters by now.
         if self._checkpoint_hparams is not None:
@@ -304,6 +316,8 @@ class ProjectCLI(LightningCLI):
                 layout = RunLayout(claim_fresh(layout.root))
                 _move_root(config, config.trainer.default_root_dir, layout.root)
             hand_down(layout.root)
+        if is_launching_process():
+            self._before = RootBefore.note(layout.root, fresh=self._fresh_root)
         claim_run_root(self.config.subcommand, layout, config.get("ckpt_path"))
         record_invocation(layout.root, [self.config.subcommand, *self._words])
         self._recorded = layout.root

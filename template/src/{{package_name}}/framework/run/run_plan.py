@@ -25,6 +25,7 @@ file is the plan's. The file is loaded memory-mapped (inspect_ckpt.load_checkpoi
 holding it until the Trainer's load costs address space, not a copy of the weights.
 """
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -141,8 +142,10 @@ def _checkpoint_file(
     """
     if not ckpt_path or "://" in ckpt_path or ckpt_path.split(":")[0] in LIGHTNING_NAMES:
         return None
-    if ckpt_path == LAST and not layout.last.exists():
-        return None
+    if ckpt_path == LAST:
+        check_last_stays_in_run(layout)
+        if not layout.last.exists():
+            return None
     path = layout.last if ckpt_path == LAST else project_path(ckpt_path)
     if not path.exists():
         raise Refusal(
@@ -153,6 +156,29 @@ def _checkpoint_file(
     if is_sharded(path):
         return one_process_checkpoint(command, path, strategy)
     return path if path.is_file() else None  # another kind of folder: Lightning's
+
+
+def check_last_stays_in_run(layout: RunLayout) -> None:
+    """`last.ckpt` may be a link (ModelCheckpoint's `save_last="link"`) to a checkpoint of
+    this run; one that leads out of the run is refused, naming where it leads.
+
+    `--ckpt_path last` means "go on with this run": followed out of it, a fit would load
+    another run's state into this folder (and run_root.py would then refuse it as a new
+    run into a folder that holds one, telling the user to add the `--ckpt_path last` they
+    gave), and an evaluation would report another run's weights as this run's.
+    """
+    if not layout.last.is_symlink():
+        return
+    target = Path(os.path.realpath(layout.last))  # a link that loops: where it stops
+    if layout.root.resolve() in target.parents:
+        return
+    raise Refusal(
+        f"--ckpt_path last: {layout.last} is a link to {target}, outside this run "
+        f"({layout.root}); `last` continues or evaluates the run's own checkpoint. To use "
+        f"that file, name it: `--ckpt_path {target}` (without --trainer.default_root_dir, "
+        f"a fit then goes on in that run's own folder), or `--init_from {target}` to start a "
+        "new run from its weights. Or replace the link with a checkpoint of this run."
+    )
 
 
 def best_checkpoint(layout: RunLayout) -> Path:

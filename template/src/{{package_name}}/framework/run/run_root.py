@@ -1,6 +1,9 @@
 # Managed by the template; local edits are merged on update.
 """One run per root: a `fit` never writes over another run's checkpoints.
 
+As soon as the root is known, `check_run_root_path` refuses one that cannot be reached (a
+symbolic link on its path that loops) or that lies inside the package's code (`src/`, the
+installed package), where checkpoints and logs do not belong.
 Before any work, `claim_run_root` refuses a Trainer command whose run root
 (`trainer.default_root_dir`) cannot be written (a read-only folder, a file in the way),
 naming the folder, and a `fit` whose run root
@@ -35,7 +38,7 @@ import tempfile
 from pathlib import Path
 from typing import IO
 
-from ..platform.paths import RunLayout
+from ..platform.paths import PROJECT_ROOT, RunLayout
 from ..platform.refusal import Refusal
 from .run_plan import continues_run
 
@@ -49,6 +52,49 @@ _held: dict[Path, IO[str]] = {}  # root -> open lock file, for as long as this p
 
 def is_launching_process() -> bool:
     return all(os.environ.get(name, "0") == "0" for name in RANK_VARIABLES)
+
+
+def check_run_root_path(root: Path, flag: str) -> None:
+    """The run root can be reached and lies outside the package's code, or refuse.
+
+    Checked on the path alone (nothing is made), as soon as the root is known: a folder
+    named through a symbolic link that leads back to itself cannot be made or entered,
+    which Python reports deep in the first write; and a run inside `src/` or the installed
+    package would put checkpoints and logs among the code, where they get packaged,
+    committed as source or deleted by the next install.
+    """
+    loop = _looping_link(root)
+    if loop is not None:
+        raise Refusal(
+            f"the run folder {root} cannot be reached: {loop} is a symbolic link that leads "
+            f"back to itself (`ls -l {loop}` shows where it points). Fix or remove the link, "
+            f"or give another folder with {flag}."
+        )
+    resolved = root.resolve()
+    for code in _CODE_FOLDERS:
+        if resolved == code or code in resolved.parents:
+            raise Refusal(
+                f"the run folder {root} is inside {code}, which holds the package's code; "
+                f"checkpoints and logs there would be packaged with it, or deleted by the next "
+                f"install. Give a folder outside it with {flag} (by default runs go to "
+                "runs/<experiment>/ in the project)."
+            )
+
+
+def _looping_link(root: Path) -> Path | None:
+    """The first folder on the way to `root` that is a symbolic link into a loop, if any."""
+    for path in reversed((root, *root.parents)):
+        try:
+            path.stat()
+        except OSError as error:
+            return path if error.errno == errno.ELOOP else None
+    return None
+
+
+_CODE_FOLDERS = (
+    (PROJECT_ROOT / "src").resolve(),
+    Path(__file__).resolve().parents[2],  # the installed package: <package>/framework/run/
+)
 
 
 def claim_run_root(command: str, layout: RunLayout, ckpt_path: str | None) -> None:
@@ -133,6 +179,15 @@ def _lock(root: Path) -> None:
     handle.write(f"{os.getpid()} on {_host()}\n")
     handle.flush()
     _held[root] = handle
+
+
+def release_run_root(root: Path) -> bool:
+    """Let go of this process's lock on `root`; whether it held one (a command that stopped
+    before its first batch gives its claim back: failed_start.py)."""
+    handle = _held.pop(root.resolve(), None)
+    if handle is not None:
+        handle.close()
+    return handle is not None
 
 
 def _read_owner(handle: IO[str]) -> str:

@@ -3,7 +3,9 @@
 
 It prints the counters, versions, hyperparameters and the provenance record (commit,
 versions, seed, dataset, config: see provenance.py); `--config` prints the resolved config
-the run was started with, as YAML.
+the run was started with, as YAML. A checkpoint is data from elsewhere: its text is shown
+with terminal control characters escaped (`\\x1b`, `\\r`, ...), since printed raw they
+could clear the screen, move the cursor over earlier lines or set the window title.
 
 It reads the file through `checkpoints/load.py`, as every command does, so a folder of
 shards (an FSDP2 run's) is read too.
@@ -40,6 +42,19 @@ def summarize(checkpoint: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def printable(text: str) -> str:
+    """`text` with every character a terminal would act on, not show, written as an escape.
+
+    Line breaks and tabs stay; ESC, BEL, CR, backspace, DEL, the C1 controls and the other
+    characters Python does not count as printable become `\\x1b`, `\\x07`, `\\r`, ... (the
+    JSON summary is escaped by json.dumps already).
+    """
+    return "".join(
+        char if char.isprintable() or char in "\n\t" else char.encode("unicode_escape").decode()
+        for char in text
+    )
+
+
 def inspect_checkpoint(argv: Sequence[str]) -> int:
     prog = f"python -m {__package__.split('.')[0]} inspect-ckpt"
     parser = argparse.ArgumentParser(prog=prog, description=__doc__)
@@ -49,7 +64,10 @@ def inspect_checkpoint(argv: Sequence[str]) -> int:
     checkpoint = load_checkpoint(args.path)
     if args.config:
         config = (checkpoint.get("provenance") or {}).get("config")
-        print(config or f"{args.path} records no config (no CheckpointProvenance record).")
+        if config:
+            print(printable(str(config)))
+        else:
+            print(f"{args.path} records no config (no CheckpointProvenance record).")
     else:
         print(json.dumps(summarize(checkpoint), indent=2, default=str))
     return 0
