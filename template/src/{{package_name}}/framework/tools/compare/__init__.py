@@ -9,7 +9,10 @@ start to exit, summed from command.txt) and the commit the run was trained from 
 for uncommitted changes), sorted best first. An experiment folder (runs/<experiment>)
 gives one row per run; a sweep folder (runs/sweeps/<name>) one per trial. `--plot` draws
 the metric against steps for every run and, for a sweep, against each searched parameter
-(on a log axis where the sweep's spec sampled it on a log scale).
+(on a log axis where the sweep's spec sampled it on a log scale). In the table and
+markdown formats a long value (a list, a path, a crashed run's message) is cut to
+`table.CELL_WIDTH` characters with an ellipsis, so a line stays as wide as its columns;
+csv keeps every value whole.
 
 It reads only what runs write anyway (run_record.py): the checkpoint's provenance and
 callback states, the saved config, the CSV logger's metrics.csv; runs made by older

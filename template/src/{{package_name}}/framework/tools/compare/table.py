@@ -21,6 +21,7 @@ from typing import Any
 from ...run.run_record import RunRecord
 
 NOT_SETTINGS = {"ckpt_path"}
+CELL_WIDTH = 40  # characters a table or markdown cell shows; see _cell
 SWEEP_CALLBACK = ".TrialPruning"  # the sweep's reporter: in a trial's config, not a setting
 
 
@@ -168,7 +169,7 @@ TIME_COLUMNS = (
 
 
 def render(table: list[Row], monitor: str | None, mode: str, style: str) -> str:
-    """The table as aligned text (`table`), `csv` (full precision) or `markdown`.
+    """The table as aligned text (`table`), `csv` (full values) or `markdown`.
 
     Two times, because they answer different questions: `train` (what the model cost)
     and `wall` (what the run cost); TIME_COLUMNS says what each measures.
@@ -200,24 +201,27 @@ def render(table: list[Row], monitor: str | None, mode: str, style: str) -> str:
         "wall",
         "commit",
     ]
+    header = [_cell(name, keep="ends") for name in header]
     lines = [
         [
-            row.label,
+            _cell(row.label, keep="end"),  # a path: its last folders tell runs apart
             *([str(row.n)] if grouped else []),
-            *(_short(row.config.get(k, "")) for k in keys),
+            *(_cell(_short(row.config.get(k, ""))) for k in keys),
             _shown(row.best),
             _shown(row.final),
             "n/a" if row.steps is None else str(row.steps),
             _duration(row.train_seconds),
             _duration(row.wall_seconds),
-            row.commit,
+            _cell(row.commit),
         ]
         for row in table
     ]
     if style == "markdown":
+        rule = ["---"] * len(header)
         return (
             "\n".join(
-                "| " + " | ".join(cells) + " |" for cells in [header, ["---"] * len(header), *lines]
+                "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+                for cells in [header, rule, *lines]
             )
             + "\n"
         )
@@ -229,6 +233,25 @@ def render(table: list[Row], monitor: str | None, mode: str, style: str) -> str:
         )
         + "\n"
     )
+
+
+def _cell(text: str, keep: str = "start") -> str:
+    """`text` on one line of at most CELL_WIDTH characters, cut with an ellipsis.
+
+    A value can be any length (a list in the config, a path, a crashed run's message, the
+    commits of a group): uncut, one cell made every line of the table thousands of
+    characters wide. `keep` is the part that tells values apart: the `start` of a value,
+    the `end` of a path, both `ends` of a dotted config key. The csv format keeps them whole.
+    """
+    text = " ".join(text.split())  # newlines and tabs would break the row
+    if len(text) <= CELL_WIDTH:
+        return text
+    if keep == "end":
+        return "…" + text[-(CELL_WIDTH - 1) :]
+    if keep == "ends":
+        head = (CELL_WIDTH - 1) // 2
+        return text[:head] + "…" + text[-(CELL_WIDTH - 1 - head) :]
+    return text[: CELL_WIDTH - 1] + "…"
 
 
 def _shown(values: list[float]) -> str:

@@ -370,13 +370,31 @@ def _grid(spec: SweepSpec) -> dict[str, list[Any]]:
     return {key: list(param.choices) for key, param in spec.space.items()}
 
 
-def make_sampler(spec: SweepSpec, seed_offset: int = 0) -> Any:
-    """The spec's sampler; `seed_offset` is added to its seed (see Sweep.study)."""
+def make_sampler(spec: SweepSpec, trial: int | None = None) -> Any:
+    """The spec's sampler; with a seed and `trial`, a sampler seeded for that trial alone.
+
+    Optuna's samplers keep their random state in memory: a sweep resumed in a new process
+    builds its sampler from the seed again and replays nothing, so it would draw other
+    values than a run that was never stopped. Seeded from (seed, trial number) through
+    numpy's SeedSequence, trial k draws the same values in every run that reaches it with
+    the same trials before it, stopped and resumed or not. QMCSampler keeps the spec's
+    seed: it chooses the scrambled sequence, and Optuna keeps the position in it in the
+    study.
+    """
+    import numpy as np
     import optuna
 
     config = dict(spec.sampler)
-    if seed_offset and isinstance(config.get("seed"), int):
-        config["seed"] += seed_offset
+    seed = config.get("seed")
+    if seed is not None and (
+        not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**32
+    ):
+        raise SpecError(
+            f"sweep spec {spec.path}: the sampler's `seed: {seed}` must be a whole number "
+            f"from 0 to {2**32 - 1} (numpy's seeds), or left out for a new sequence each run."
+        )
+    if trial is not None and seed is not None and config["name"] != "QMCSampler":
+        config["seed"] = int(np.random.SeedSequence([seed, trial]).generate_state(1)[0])
     return _build(optuna.samplers, "sampler", config, spec.path, spec)
 
 

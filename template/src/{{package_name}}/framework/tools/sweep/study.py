@@ -77,10 +77,6 @@ class Sweep:
             pruner=make_pruner(self.spec.pruner, self.spec.path),
             load_if_exists=True,
         )
-        trials = len(study.get_trials(deepcopy=False))
-        if sampling and trials and "seed" in self.spec.sampler:
-            # A seeded sampler made again by a rerun would draw its first values again.
-            study.sampler = make_sampler(self.spec, seed_offset=trials)
         identity = {**self.spec.identity(), "metric": self.metric}
         stored = study.user_attrs.get("identity")
         if stored is None:

@@ -39,6 +39,7 @@ from ...checkpoints.load import load_checkpoint
 from ...platform.paths import RunLayout
 from ...run.run_record import best_score
 from .pruning import PRUNED_AT
+from .spec import make_sampler
 from .study import Sweep, trial_id
 
 PACKAGE = __package__.split(".")[0]
@@ -48,7 +49,14 @@ COMPLETE, PRUNED, FAILED, INTERRUPTED = "complete", "pruned", "failed", "interru
 
 
 def ask_trial(sweep: Sweep, study: Any) -> int:
-    """A new trial, its values sampled now and recorded (user attrs: root, overrides)."""
+    """A new trial, its values sampled now and recorded (user attrs: root, overrides).
+
+    A seeded spec gets a sampler seeded for this trial (make_sampler), so a resumed sweep
+    draws what an uninterrupted one would. The trial's number is the study's count of
+    trials: only the `sweep` process holding the sweep's lock asks, one trial at a time.
+    """
+    if sweep.spec.sampler.get("seed") is not None:
+        study.sampler = make_sampler(sweep.spec, trial=len(study.get_trials(deepcopy=False)))
     trial = study.ask(sweep.distributions())
     trial.set_user_attr("root", str(sweep.trial_root(trial.number).relative_to(sweep.root)))
     trial.set_user_attr(
