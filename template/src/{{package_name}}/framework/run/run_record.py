@@ -109,6 +109,11 @@ def continue_loggers(logger_config: Any, checkpoint: dict[str, Any]) -> None:
             init_args.version = int(version) if version.isdigit() else version
 
 
+# What a record keeps of a checkpoint: its counters, callback states (Timer, best scores)
+# and provenance, not the weights and optimizer states of thousands of runs at once.
+SHOWN = ("epoch", "global_step", "callbacks", "provenance")
+
+
 def _plain_name(version: str) -> bool:
     """A logger version that names one folder inside the run (no separator, no `..`)."""
     return re.fullmatch(r"[\w.-]+", version) is not None and version not in {".", ".."}
@@ -202,9 +207,7 @@ class UnreadableRun(ValueError):
 def read_run(folder: Path) -> RunRecord:
     """The run's records; UnreadableRun when its config or metrics cannot be read."""
     path = newest_checkpoint(folder)
-    checkpoint = (
-        {k: v for k, v in load_checkpoint(path).items() if k != "state_dict"} if path else {}
-    )
+    checkpoint = {k: v for k, v in load_checkpoint(path).items() if k in SHOWN} if path else {}
     provenance = checkpoint.pop("provenance", None) or {}
     recorded = provenance.get("config")
     source = f"the config recorded in {path}" if recorded else None
