@@ -64,8 +64,6 @@ MAX_VALUES = 100_000  # a CLI-trained checkpoint's hyperparameters hold ~100
 # The keys of a class's config in jsonargparse's form.
 CLASS_KEYS = ("class_path", "init_args", "dict_kwargs")
 
-_PLAIN_TYPES = (int, float, bool, str, type(None))
-
 
 class _TooLarge(Exception):
     """The values, counted with every repeat of a shared one, exceed MAX_VALUES."""
@@ -368,7 +366,9 @@ def _is_plain(annotation: Any) -> bool:
     if _is_path(annotation):
         return True
     if inspect.isclass(annotation):
-        return issubclass(annotation, enum.Enum) or annotation in _PLAIN_TYPES
+        # A subclass of a plain type is plain too: jsonargparse's restricted numbers and
+        # strings (PositiveInt, NonNegativeFloat, NotEmptyStr) check a value, build nothing.
+        return issubclass(annotation, enum.Enum | bool | int | float | str | type(None))
     return False
 
 
@@ -410,15 +410,17 @@ def _fits(value: Any, annotation: Any) -> bool:
         return isinstance(value, annotation) or (
             isinstance(value, str) and value in annotation.__members__
         )
-    if annotation is bool:
-        return isinstance(value, bool)
-    if annotation is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if annotation is float:
-        return isinstance(value, int | float) and not isinstance(value, bool)
     if _is_path(annotation):
         return isinstance(value, str | pathlib.PurePath)
-    return annotation is str and isinstance(value, str)
+    if not inspect.isclass(annotation):
+        return False
+    if issubclass(annotation, bool):
+        return isinstance(value, bool)
+    if issubclass(annotation, int):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if issubclass(annotation, float):
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    return issubclass(annotation, str) and isinstance(value, str)
 
 
 def _names_no_code(value: Any) -> bool:
