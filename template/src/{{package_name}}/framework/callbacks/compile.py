@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import lightning as L
 import torch
-from lightning.pytorch.utilities import rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import nn
 
 from ..platform.private_apis import DynamoError, compiled_graph_count, has_compiled_code
@@ -71,6 +71,7 @@ class TorchCompile(L.Callback):
         self.fallback_to_eager = fallback_to_eager
         self.compiled = False  # dynamo captured a graph of the target's forward
         self._target: nn.Module | None = None
+        self._path = ""  # the compiled module, named from the LightningModule's class
         self._eager = False  # fell back to eager after a failure
         self._live = False  # the command's own loop has begun: forward runs compiled
         self._calls = 0  # calls of the compiled forward
@@ -99,6 +100,7 @@ class TorchCompile(L.Callback):
         # An instance attribute: no new submodule, so no `_orig_mod.` in the state_dict.
         target.forward = self._guard(compiled_forward, eager_forward)
         self._target = target
+        self._path = ".".join(filter(None, [type(pl_module).__name__, self.submodule]))
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self._target is not None and "forward" in vars(self._target):
@@ -160,6 +162,15 @@ class TorchCompile(L.Callback):
                 "look for 'skipping: forward' to see why, or set `fallback_to_eager: true` in the "
                 "TorchCompile callback to train uncompiled.",
                 None,
+            )
+        else:
+            # Said once, when it is known: which module runs compiled, and how (the rest of
+            # the module's code, e.g. a second network the steps call directly, runs eager).
+            dynamic = {None: "auto", True: "true", False: "false"}[self.dynamic]
+            rank_zero_info(
+                f"TorchCompile: compiled the forward of {self._path} "
+                f"({type(self._target).__name__}) with mode {self.mode}, backend {self.backend}, "
+                f"fullgraph {str(self.fullgraph).lower()}, dynamic {dynamic}."
             )
 
     @property

@@ -48,6 +48,10 @@ training run in some odd way.
   (health/memory.py): torch's memory snapshot (`torch.cuda.memory._record_memory_history`
   and `_dump_snapshot`, which https://pytorch.org/memory_viz reads) is documented in
   "Understanding CUDA Memory Usage" but has no public name.
+- `ddp_wrapper_kwargs` (callbacks/ddp.py): the keyword arguments Lightning's
+  DDPStrategy passes to `DistributedDataParallel` when it wraps the module; it keeps them
+  in `_ddp_kwargs`, set at construction, before the module is known. Deciding
+  `find_unused_parameters` from the module (manual optimization) needs to set one after.
 - `dynamo_supports_this_python`, `known_compile_modes` (doctor/context.py): whether dynamo runs
   on this Python and which `torch.compile(mode=...)` names this torch knows; torch.compile's
   own docstring points at `torch._inductor.list_mode_options()` for the list.
@@ -73,6 +77,7 @@ import lightning as L
 import torch
 from lightning.fabric.utilities.logger import _convert_params, _flatten_dict
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
+from lightning.pytorch.strategies import DDPStrategy
 from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 from torch._dynamo.exc import TorchDynamoException as DynamoError
 from torch._dynamo.utils import counters
@@ -81,6 +86,7 @@ __all__ = [
     "DynamoError",
     "compiled_graph_count",
     "copy_each",
+    "ddp_wrapper_kwargs",
     "dump_cuda_allocations",
     "dynamo_supports_this_python",
     "flat_hyperparameters",
@@ -109,6 +115,11 @@ def has_compiled_code(code: CodeType) -> bool:
 def copy_each(targets: list[torch.Tensor], sources: list[torch.Tensor]) -> None:
     """`target.copy_(source)` for each pair, in one call."""
     torch._foreach_copy_(targets, sources)
+
+
+def ddp_wrapper_kwargs(strategy: DDPStrategy) -> dict[str, Any]:
+    """The (mutable) keyword arguments `strategy` gives DistributedDataParallel."""
+    return strategy._ddp_kwargs
 
 
 def skips_on_found_inf(optimizer: torch.optim.Optimizer) -> bool:

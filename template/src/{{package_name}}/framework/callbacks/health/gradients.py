@@ -1,6 +1,8 @@
 # Managed by the template; local edits are merged on update.
 """Gradient health: norms at an interval, exploding/vanishing warnings, unused parameters."""
 
+from typing import Any
+
 import lightning as L
 import torch
 from jsonargparse.typing import NonNegativeFloat, NonNegativeInt, PositiveFloat
@@ -13,10 +15,13 @@ class GradientHealth(Callback):
     """Logs gradient norms every `every_n_steps` optimizer steps and reports unused parameters.
 
     The norms (one per parameter and their total, after AMP unscaling) are read on the host only at the interval. A total above
-    `explode_above` or below `vanish_below` warns, once each. After the first backward,
-    parameters that require a gradient but got none (the loss does not depend on them:
-    a branch unused in `forward`, a detached tensor, a layer meant to be frozen) are listed
-    once by name.
+    `explode_above` or below `vanish_below` warns, once each. After the first training
+    batch, parameters that require a gradient but got none in any of its backward passes
+    (the loss does not depend on them: a branch unused in `forward`, a detached tensor, a
+    layer meant to be frozen) are listed once by name. The whole batch counts, not its first
+    backward: under manual optimization a GAN's generator gets no gradient from the
+    discriminator's loss (its output is detached there), only from its own, later in the
+    same batch.
 
     Args:
         every_n_steps: interval in optimizer steps; 0 turns the norms off.
@@ -36,25 +41,48 @@ class GradientHealth(Callback):
         self.norm_type = norm_type
         self.explode_above = explode_above
         self.vanish_below = vanish_below
-        self._checked_unused = False
+        # Names of the parameters that had a gradient after a backward pass of the first
+        # training batch; None once that batch has been judged.
+        self._with_grad: set[str] | None = None
+        self._backwards = 0
         self._warned: set[str] = set()
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._checked_unused = False
+        self._with_grad, self._backwards = set(), 0
 
     def on_after_backward(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self._checked_unused:
+        # Each backward pass of the batch: a parameter may get its gradient in any of them,
+        # and an optimizer may clear it (`zero_grad`) before the next.
+        if self._with_grad is None:
             return
-        self._checked_unused = True
+        self._backwards += 1
+        self._with_grad.update(
+            name for name, p in pl_module.named_parameters() if p.grad is not None
+        )
+
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        if self._with_grad is None or not self._backwards:  # judged, or no backward yet
+            return
+        with_grad, self._with_grad = self._with_grad, None
         unused = [
-            name for name, p in pl_module.named_parameters() if p.requires_grad and p.grad is None
+            name
+            for name, p in pl_module.named_parameters()
+            if p.requires_grad and name not in with_grad
         ]
         if unused:
             rank_zero_warn(
-                f"{len(unused)} parameter(s) got no gradient in the first backward: "
-                f"{', '.join(unused)}. The loss does not depend on them; if that is meant, "
-                "freeze them (`requires_grad_(False)`), else check `forward` for an unused "
-                "branch or a detached tensor. Under DDP this also needs "
+                f"{len(unused)} parameter(s) got no gradient in the first training batch (in "
+                f"none of its {self._backwards} backward pass(es)): {', '.join(unused)}. The "
+                "loss does not depend on them; if that is meant, freeze them "
+                "(`requires_grad_(False)`), else check `forward` for an unused branch or a "
+                "detached tensor. Under DDP this also needs "
                 "`--trainer.strategy ddp_find_unused_parameters_true`."
             )
 

@@ -86,7 +86,10 @@ class NonFiniteGuard(Callback):
 
     The checks run through torch's optimizer step hooks and Lightning's
     `on_before_optimizer_step`, so they work for any optimizer and precision, in
-    automatic and manual optimization. A batch that makes no step (gradient accumulation)
+    automatic and manual optimization. The loss checked is what reaches the backward pass
+    (`manual_backward` under manual optimization, where `training_step` returns none);
+    of several in one batch (a GAN's discriminator and generator losses), the first that
+    is not finite is the one named. A batch that makes no step (gradient accumulation)
     is checked by its loss. Under several processes every process sees the same
     all-reduced gradients; the flags are combined over the ranks when the host reads
     them (a NaN loss on one rank only: turn `check_grad_norm` on so that every rank skips
@@ -178,9 +181,15 @@ class NonFiniteGuard(Callback):
         self, trainer: L.Trainer, pl_module: L.LightningModule, loss: torch.Tensor
     ) -> None:
         # Under a GradScaler this is the scaled loss: finite exactly when the loss is.
-        self._loss = loss.detach()
+        loss = loss.detach()
         if not self.keep_copy:
-            self._bad |= ~torch.isfinite(self._loss)
+            self._bad |= ~torch.isfinite(loss)
+        if self._loss is None:
+            self._loss = loss
+        else:
+            # A later backward pass of the same batch (manual optimization: a GAN's two
+            # losses) keeps the first non-finite loss, on the device: the message names it.
+            self._loss = torch.where(torch.isfinite(self._loss), loss, self._loss)
 
     def on_before_optimizer_step(
         self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: torch.optim.Optimizer
