@@ -1,6 +1,7 @@
 # Managed by the template; local edits are merged on update.
-"""The resume and sweep tests' helpers: callbacks that stop a run at a chosen point, and a
-toy whose learning-rate schedule reads `trainer.estimated_stepping_batches`.
+"""The resume and sweep tests' helpers: callbacks that stop a run at a chosen point, a
+toy whose learning-rate schedule reads `trainer.estimated_stepping_batches`, and the
+sequence data behind plain torch DataLoaders.
 
 `KillAt` kills its own process there; `PauseOnce` pauses the first of several runs (a
 sweep's trials) until it is signalled; `PauseAt` writes a marker file there and waits for
@@ -18,8 +19,9 @@ from pathlib import Path
 
 import lightning as L
 import torch
+from torch.utils.data import DataLoader, Dataset
 
-from toy import ToySequenceClassifier
+from toy import ToySequenceClassifier, ToySequenceData
 
 
 class ScheduledSequenceClassifier(ToySequenceClassifier):
@@ -34,6 +36,15 @@ class ScheduledSequenceClassifier(ToySequenceClassifier):
         total = int(self.trainer.estimated_stepping_batches)
         schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, self.hparams.lr, total)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+
+class PlainSequenceData(ToySequenceData):
+    """The sequence data served as most DataModules serve theirs: `DataLoader(shuffle=True)`,
+    no generator, no `LoaderOptions` (the framework rebuilds them as StatefulDataLoaders)."""
+
+    def _loader(self, dataset: Dataset, shuffle: bool) -> DataLoader:
+        batch_size, workers = self.hparams.batch_size, self.hparams.num_workers
+        return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, num_workers=workers)
 
 
 class KillAt(L.Callback):

@@ -6,8 +6,14 @@
 up, so each loader they return, of any kind (DataLoader, StatefulDataLoader, a subclass;
 built with `LoaderOptions` or not), is
 
+- rebuilt, when it is a plain `torch.utils.data.DataLoader` returned for training or
+  validation, as the equivalent torchdata `StatefulDataLoader` (loaders.as_stateful), so a
+  run killed mid-epoch resumes exactly where it stopped (resume.py); said once in the log;
 - checked (bad_input.check_loader): worker count, and a training set with batches;
-- given workers that leave SIGTERM / Ctrl-C to the main process (signals.shield_workers).
+- given workers that leave SIGTERM / Ctrl-C to the main process (signals.shield_workers);
+- for training, read for what a resume could not replay (loaders.resume_gaps: a loader
+  subclass, an IterableDataset or a sampler without saved state), named in one warning
+  with its fix before the first batch, not discovered after a resume.
 
 Why wrap the methods and not check in a later hook: Lightning starts a loader's workers
 right after calling the method (the fit loop's `setup_data` iterates it), with no hook in
@@ -20,12 +26,19 @@ from typing import Any
 
 import lightning as L
 from lightning.pytorch import LightningDataModule, LightningModule
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.model_helpers import is_overridden
+from torch.utils.data import DataLoader
 
 from ..platform.bad_input import check_loader, refuse_empty_training_set
+from ..platform.loaders import as_stateful, resume_gaps
 from ..platform.signals import shield_workers
 
 HOOKS = ("train_dataloader", "val_dataloader", "test_dataloader", "predict_dataloader")
+# The loaders a fit draws from: a resumed run must replay the train loader's position and
+# draw nothing from torch's global RNG that the uninterrupted run did not (a validation
+# cut short runs again on resume; a validation loader without a generator draws its seed).
+FIT_HOOKS = ("train_dataloader", "val_dataloader")
 
 
 class LoaderChecks(L.Callback):
@@ -66,6 +79,7 @@ class Watched:
         current = getattr(owner, hook)
         name = current.__func__.__name__ if getattr(current, "__self__", None) is owner else hook
         self.__wrapped__ = getattr(type(owner), name)
+        self._told = False  # the rebuild and what cannot resume exactly: said once a run
 
     def __call__(self) -> Any:
         try:
@@ -76,11 +90,33 @@ class Watched:
             if self.hook == "train_dataloader" and "num_samples=0" in str(error):
                 refuse_empty_training_set(0, "?", "?")
             raise
+        rebuilt: list[DataLoader[Any]] = []
+        if self.hook in FIT_HOOKS:
+            loaders = _replace_plain(loaders, rebuilt)
         rank = _global_rank(self.owner)
         for loader in _each(loaders):
             check_loader(loader, self.hook)
             shield_workers(loader, rank)
+        if not self._told:
+            self._told = True
+            self._tell(loaders, rebuilt)
         return loaders
+
+    def _tell(self, loaders: Any, rebuilt: list[DataLoader[Any]]) -> None:
+        if rebuilt:
+            rank_zero_info(
+                f"{self.hook}(): {len(rebuilt)} torch DataLoader(s) rebuilt as torchdata's "
+                "StatefulDataLoader, same arguments (a generator seeded from the run's seed "
+                "where none was given), so that a resumed run continues exactly."
+            )
+        if self.hook != "train_dataloader":
+            return
+        gaps = [gap for loader in _each(loaders) for gap in resume_gaps(loader)]
+        if gaps:
+            rank_zero_warn(
+                "A run resumed from a mid-epoch checkpoint will not be bit-identical to an "
+                "uninterrupted one: " + "; ".join(gaps) + "."
+            )
 
 
 def _global_rank(owner: Any) -> int:
@@ -90,6 +126,19 @@ def _global_rank(owner: Any) -> int:
     except RuntimeError:
         return 0
     return trainer.global_rank if trainer is not None else 0
+
+
+def _replace_plain(loaders: Any, rebuilt: list[DataLoader[Any]]) -> Any:
+    """`loaders` with each plain DataLoader (not a subclass) rebuilt as a StatefulDataLoader."""
+    if isinstance(loaders, dict):
+        return {key: _replace_plain(value, rebuilt) for key, value in loaders.items()}
+    if isinstance(loaders, list | tuple):
+        items = [_replace_plain(value, rebuilt) for value in loaders]
+        return type(loaders)(*items) if hasattr(loaders, "_fields") else type(loaders)(items)
+    if type(loaders) is DataLoader:
+        rebuilt.append(loaders)
+        return as_stateful(loaders)
+    return loaders
 
 
 def _each(loaders: Any) -> list[Any]:

@@ -5,17 +5,19 @@ Lightning restores weights, optimizers, schedulers and loop counters, but not th
 number generators, and it restores a loader's position inside its epoch only when the
 loader has `state_dict` / `load_state_dict`. Three pieces close the gap:
 
-- Your DataModule builds its loaders with torchdata's `StatefulDataLoader` (a drop-in for
-  `torch.utils.data.DataLoader`, any map-style Dataset). Its `state_dict()` holds how many
-  batches the epoch has yielded, the shuffling sampler's generator state and position,
-  the worker processes' base seed and each worker's dataset state; loading it replays the
-  same order from the next batch. Samplers of your own resume exactly when they have
-  `state_dict` / `load_state_dict` or draw nothing random; any other is fast-forwarded by
-  torchdata (its order is drawn again). Random augmentation resumes exactly when it draws
-  from torch's global RNG in the main process (e.g. in `on_after_batch_transfer`): a
-  worker's RNG restarts from its seed when workers restart, not where it stood.
-  A plain DataLoader still resumes, at the right step but with a new order for the
-  rest of the epoch; a mid-epoch resume warns once.
+- The train loaders are torchdata's `StatefulDataLoader` (a drop-in for
+  `torch.utils.data.DataLoader`, any map-style Dataset): your DataModule builds them, or
+  returns plain DataLoaders, which `LoaderChecks` rebuilds as the equivalent
+  StatefulDataLoader (loader_hooks.py). Its `state_dict()` holds how many batches the
+  epoch has yielded, the shuffling sampler's generator state and position, the worker
+  processes' base seed and each worker's dataset state; loading it replays the same order
+  from the next batch. Samplers of your own resume exactly when they have `state_dict` /
+  `load_state_dict` or draw nothing random; any other is fast-forwarded by torchdata (its
+  order is drawn again). Random augmentation resumes exactly when it draws from torch's
+  global RNG in the main process (e.g. in `on_after_batch_transfer`): a worker's RNG
+  restarts from its seed when workers restart, not where it stood. What a resume could
+  not replay (a DataLoader subclass, an IterableDataset or a sampler without state) is
+  named in one warning when training starts.
 - `ResumeState`: saves the torch (CPU and CUDA), numpy and python RNG states and the
   train loaders' states with every checkpoint and puts them back when training resumes.
 - `InterruptCheckpoint`: on SIGTERM (preemption) or Ctrl-C, writes `last.ckpt`, the file
@@ -35,7 +37,6 @@ import lightning as L
 import numpy as np
 import torch
 from lightning.pytorch.trainer.states import TrainerFn
-from lightning.pytorch.utilities import rank_zero_warn
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from torchdata.stateful_dataloader import StatefulDataLoader
 
@@ -128,8 +129,7 @@ class ResumeState(L.Callback):
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._to_restore is None:
             return
-        loaders = _train_loaders(trainer)
-        stateful = _stateful(loaders)
+        stateful = _stateful(_train_loaders(trainer))
         states = self._to_restore.get("loaders", [])
         generators = self._to_restore.get("generators", [])
         epoch_done = _epoch_done(trainer)
@@ -147,14 +147,6 @@ class ResumeState(L.Callback):
             restart_train_iterator(trainer)
         if not epoch_done:  # that iterator replayed the epoch up to the saved position
             _set_generator_states(stateful, generators)
-        if len(stateful) < len(loaders) and _mid_epoch(trainer):
-            rank_zero_warn(
-                "Resuming in the middle of an epoch with a train DataLoader that cannot save "
-                "its position: the rest of this epoch is drawn in a new order, so the run is "
-                "not bit-identical to an uninterrupted one. Build the train loader in your "
-                "DataModule with `torchdata.stateful_dataloader.StatefulDataLoader` (same "
-                "arguments as DataLoader) to resume exactly."
-            )
         set_rng_states(self._to_restore["rng"])  # last: starting workers draws from it
         self._to_restore = None
 
@@ -232,11 +224,6 @@ def _stateful(loaders: list[Any]) -> list[Any]:
         if callable(getattr(loader, "state_dict", None))
         and callable(getattr(loader, "load_state_dict", None))
     ]
-
-
-def _mid_epoch(trainer: L.Trainer) -> bool:
-    started = trainer.fit_loop.epoch_loop.batch_progress.current.ready
-    return 0 < started < trainer.num_training_batches
 
 
 def _epoch_done(trainer: L.Trainer) -> bool:

@@ -12,9 +12,15 @@ The arguments' types (jsonargparse's `NonNegativeInt`, `PositiveInt`) are the ru
 DataModule whose signature uses them, as the example's does, has a bad value refused by
 the parser, before anything is built; built in Python, `LoaderOptions` applies the same
 types to what it is given.
+
+A DataModule that builds `torch.utils.data.DataLoader` itself needs neither: the framework
+rebuilds each plain train and validation DataLoader as the equivalent StatefulDataLoader
+(`as_stateful`), and names what a resumed run still could not replay (`resume_gaps`)
+before training starts (callbacks/loader_hooks.py).
 """
 
 import sys
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import lightning as L
@@ -23,6 +29,16 @@ from jsonargparse.typing import NonNegativeInt, PositiveInt
 from lightning.fabric.utilities.data import suggested_max_num_workers
 from lightning.pytorch.accelerators import CUDAAccelerator
 from lightning.pytorch.utilities import rank_zero_info
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    IterableDataset,
+    RandomSampler,
+    SequentialSampler,
+)
+from torchdata.stateful_dataloader import StatefulDataLoader
+from torchdata.stateful_dataloader.sampler import BatchSampler as StatefulBatchSampler
+from torchdata.stateful_dataloader.sampler import RandomSampler as StatefulRandomSampler
 
 MAX_AUTO_WORKERS = 8  # more rarely helps one process, and each worker holds a dataset copy
 
@@ -153,3 +169,127 @@ def _trains_on_cuda(trainer: L.Trainer | None) -> bool:
     if trainer is None:
         return torch.cuda.is_available()
     return isinstance(trainer.accelerator, CUDAAccelerator)
+
+
+def as_stateful(loader: DataLoader[Any]) -> StatefulDataLoader[Any]:
+    """`loader`, a plain DataLoader, rebuilt as torchdata's StatefulDataLoader.
+
+    Same dataset, batches (batch_size and drop_last, or its batch_sampler), collate_fn,
+    workers (count, worker_init_fn, multiprocessing context, prefetching, persistence),
+    pin_memory and timeout; torch's RandomSampler (what `shuffle=True` builds) becomes
+    torchdata's, which saves its generator's state with its position, and any other sampler
+    is kept (torchdata replays it by skipping the indices already used). A shuffle drawn
+    from the loader's own generator comes out in another order than torch's, as
+    reproducible (torchdata draws it before the workers' seed, torch after). A loader
+    without a `generator` gets one seeded from the run's seed, as `LoaderOptions` gives:
+    otherwise making each epoch's iterator draws the shuffling and worker seeds from
+    torch's global RNG, and a resumed run (which makes its iterators at other moments)
+    hands the model other random draws than the uninterrupted one.
+    """
+    # torch.initial_seed(): the seed `seed_everything` gave the global generator.
+    generator = loader.generator or torch.Generator().manual_seed(torch.initial_seed())
+    if loader.batch_size is not None:  # batches made by DataLoader from its sampler
+        order = {
+            "batch_size": loader.batch_size,
+            "drop_last": loader.drop_last,
+            **_sampler_args(loader, generator),
+        }
+    elif loader.batch_sampler is not None:  # the loader's own batch_sampler
+        order = {"batch_sampler": loader.batch_sampler}
+    else:  # no batching: the sampler's items one by one
+        order = {"batch_size": None, **_sampler_args(loader, generator)}
+    workers = loader.num_workers
+    return StatefulDataLoader(
+        loader.dataset,
+        **order,
+        num_workers=workers,
+        collate_fn=loader.collate_fn,
+        pin_memory=loader.pin_memory,
+        timeout=loader.timeout,
+        worker_init_fn=loader.worker_init_fn,
+        multiprocessing_context=loader.multiprocessing_context,
+        generator=generator,
+        prefetch_factor=loader.prefetch_factor if workers else None,
+        persistent_workers=loader.persistent_workers,
+        pin_memory_device=loader.pin_memory_device,
+        in_order=loader.in_order,
+    )
+
+
+def _sampler_args(loader: DataLoader[Any], generator: torch.Generator) -> dict[str, Any]:
+    """The StatefulDataLoader arguments that draw the indices `loader.sampler` draws."""
+    sampler = loader.sampler
+    if isinstance(loader.dataset, IterableDataset) or type(sampler) is SequentialSampler:
+        return {}  # the default order
+    if type(sampler) is not RandomSampler:
+        return {"sampler": sampler}
+    default = not sampler.replacement and sampler.num_samples == len(sampler.data_source)
+    if default and sampler.generator is loader.generator:  # what `shuffle=True` built
+        return {"shuffle": True}  # (Lightning reads `shuffle` to shuffle under DDP too)
+    stateful = StatefulRandomSampler(
+        sampler.data_source,
+        sampler.replacement,
+        sampler.num_samples,
+        generator=sampler.generator or generator,
+    )
+    return {"sampler": stateful}
+
+
+def resume_gaps(loader: Any) -> list[str]:
+    """What keeps a train loader from resuming exactly mid-epoch, each with its fix.
+
+    Empty for a StatefulDataLoader over a map-style Dataset whose order is replayed from a
+    saved state: torchdata's samplers, a sampler with `state_dict` / `load_state_dict`, or
+    a fixed order (SequentialSampler). Read from the built loader, before the first batch,
+    so a run names what it could not replay when it starts, not after a resume.
+    """
+    name = type(loader).__name__
+    if not _has_state(loader):
+        return [
+            f"the train loader, a {name}, cannot save its position in the epoch: build it "
+            "as torchdata's `StatefulDataLoader` (same arguments as DataLoader; a plain "
+            "`torch.utils.data.DataLoader` is rebuilt as one for you, a subclass is not)"
+        ]
+    dataset = getattr(loader, "dataset", None)
+    if isinstance(dataset, IterableDataset):
+        if _has_state(dataset):
+            return []
+        return [
+            f"its dataset, an IterableDataset ({type(dataset).__name__}), has no "
+            "`state_dict()` / `load_state_dict()`: a resumed run reads the stream again "
+            "from its start and skips the items already used, the same items only if every "
+            "pass yields them in the same order. Give the dataset both methods (torchdata "
+            "saves and restores each worker's copy), or use a map-style Dataset"
+        ]
+    sampler = _order_source(loader)
+    if sampler is None:
+        return []
+    return [
+        f"its sampler, a {type(sampler).__name__}, has no `state_dict()` / "
+        "`load_state_dict()`: a resumed run draws its order again and skips the indices "
+        "already used, the same order only if it draws nothing random. Give it both "
+        "methods, or shuffle with `shuffle=True` and a `generator` (torchdata saves "
+        "that sampler's state)"
+    ]
+
+
+def _order_source(loader: Any) -> Any:
+    """The sampler whose order a resume cannot replay; None when every one can."""
+    sampler = loader.batch_sampler
+    if isinstance(sampler, StatefulBatchSampler):  # made by StatefulDataLoader from batch_size
+        sampler = loader.sampler
+    while not _has_state(sampler):
+        fixed = isinstance(sampler, SequentialSampler | Sequence)  # a list of batches, too
+        if fixed or isinstance(sampler, StatefulRandomSampler) or sampler is None:
+            return None
+        if type(sampler) is not BatchSampler:  # torch's groups its sampler's indices
+            return sampler
+        sampler = sampler.sampler
+    return None
+
+
+def _has_state(thing: Any) -> bool:
+    """Whether torchdata saves and restores it (its `Stateful` test)."""
+    return callable(getattr(thing, "state_dict", None)) and callable(
+        getattr(thing, "load_state_dict", None)
+    )
