@@ -6,12 +6,14 @@ synchronizes CUDA after every batch (to time it), a host sync per step that cost
 than it measures, and it needs a `batch_size_fn` and a `flops_per_batch` written for each
 module. Here the meter is updated only when the loggers write (every `log_every_n_steps`),
 so the one synchronization lands where Lightning's logging reads the device anyway; the
-batch size is the first dimension of the first tensor in the batch (tuple, list or dict);
-and the FLOPs are measured once, on the module's `example_input_array`, and scaled by the
-batch size. MFU is FLOPs per second over the device's peak (`get_available_flops`).
+samples of a batch are counted as batches.py says (a `count_samples(batch)` method of the
+module or data module, else the first dimension of the first tensor, or a batch object's
+`num_graphs`); and the FLOPs are measured once, on the module's `example_input_array`, and
+scaled by the samples. MFU is FLOPs per second over the device's peak (`get_available_flops`).
 
 Logged as `train/samples_per_sec`, `train/batches_per_sec` (over all processes),
-`train/device/...` (per process) and `train/device/mfu` when both numbers are known.
+`train/device/...` (per process) and `train/device/mfu` when both numbers are known. A
+batch whose samples cannot be counted leaves batches/s only, said once.
 """
 
 import time
@@ -23,6 +25,8 @@ import torch
 from jsonargparse.typing import restricted_number_type
 from lightning.fabric.utilities.throughput import Throughput, get_available_flops, measure_flops
 from lightning.pytorch.utilities import rank_zero_info
+
+from .batches import default_count, named_tensors, sample_counter, uncounted_note
 
 # Lightning's meter needs two points to take a difference (it asserts so, at the first
 # step): the parser refuses a window of 1 instead. (mypy sees a type built at run time as
@@ -56,10 +60,17 @@ class TrainingThroughput(L.Callback):
         self._meter = Throughput(peak, trainer.world_size, window_size=self.window)
         self._samples = self._batches = 0
         self._flops_counted = 0.0
+        self._count = sample_counter(pl_module, trainer.datamodule)  # type: ignore[attr-defined]
+        self._counted = True  # every batch so far had its samples counted
         self._synchronize = device.type == "cuda"
         self._start = self._now()
         missing = []
-        if self.flops_per_sample is None:
+        if self.flops_per_sample is None and example_is_unbatched(pl_module):
+            missing.append(
+                f"the tensors of {type(pl_module).__name__}'s `example_input_array` do not "
+                "share a first (batch) dimension, so its FLOPs per sample are not known"
+            )
+        elif self.flops_per_sample is None:
             missing.append(f"{type(pl_module).__name__} sets no `example_input_array`")
         if peak is None:
             missing.append(f"the peak FLOP/s of this {device.type} device is not known")
@@ -69,22 +80,30 @@ class TrainingThroughput(L.Callback):
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, *_: Any
     ) -> None:
-        self._samples += batch_size(batch)
+        samples = self._count(batch) if self._counted else 0
+        if not samples and self._counted:
+            self._counted = False
+            skipped = "samples/s and FLOP/s are not logged (batches/s are)"
+            rank_zero_info(uncounted_note("TrainingThroughput", type(batch).__name__, skipped))
+        self._samples += samples
         self._batches += 1
         every = trainer.log_every_n_steps  # type: ignore[attr-defined]  # set, undeclared
         if not trainer.loggers or trainer.global_step % every:
             return
         flops = None
-        if self.flops_per_sample is not None:
+        if self.flops_per_sample is not None and self._counted:
             flops = self.flops_per_sample * self._samples - self._flops_counted
             self._flops_counted += flops
         self._meter.update(
             time=self._now() - self._start,
             batches=self._batches,
-            samples=self._samples,
+            # Lightning's meter needs samples >= batches: uncounted, batches stand in (dropped)
+            samples=self._samples if self._counted else self._batches,
             flops=None if flops is None else int(flops),
         )
         metrics = self._meter.compute()
+        if not self._counted:  # samples stand-ins, FLOPs of the batches counted before
+            metrics = {k: v for k, v in metrics.items() if k.endswith("batches_per_sec")}
         if trainer.world_size == 1:  # the meter gives totals over processes only for several
             metrics |= {key[len("device/") :]: v for key, v in metrics.items() if "per_sec" in key}
         rates = {f"train/{k}": v for k, v in metrics.items() if k.endswith(("per_sec", "mfu"))}
@@ -99,15 +118,15 @@ class TrainingThroughput(L.Callback):
 
 
 def batch_size(batch: Any) -> int:
-    """The first dimension of the first tensor in `batch` (nested tuples, lists, dicts); 0: none."""
-    if isinstance(batch, torch.Tensor):
-        return batch.shape[0] if batch.ndim else 1
-    if isinstance(batch, Mapping):
-        batch = list(batch.values())
-    for value in batch if isinstance(batch, list | tuple) else ():
-        if size := batch_size(value):
-            return size
-    return 0
+    """The samples in `batch` without a module's hook (batches.py); 0: none found."""
+    return default_count(batch)
+
+
+def example_is_unbatched(module: L.LightningModule) -> bool:
+    """Whether the tensors of `example_input_array` differ in their first dimension."""
+    example = getattr(module, "example_input_array", None)
+    firsts = {t.shape[0] for _, t in named_tensors(example) if t.ndim}
+    return len(firsts) > 1
 
 
 def flops_per_sample(module: L.LightningModule) -> float | None:
@@ -118,8 +137,8 @@ def flops_per_sample(module: L.LightningModule) -> float | None:
     """
     example = getattr(module, "example_input_array", None)
     size = batch_size(example) if example is not None else 0
-    if not size:
-        return None
+    if not size or example_is_unbatched(module):
+        return None  # per sample means nothing without one batch dimension (graph inputs)
 
     def forward() -> Any:
         if isinstance(example, Mapping):

@@ -3,20 +3,29 @@
 
 The model and data module are rebuilt from the classes and hyperparameters the checkpoint
 records (any LightningModule trained through the CLI; an argument kept out of the
-hyperparameters, such as an injected `net`, from the run's recorded config), and a
-sample input is run three
-ways: eager, from the reloaded safetensors weights, and through onnxruntime (at the
-sample's batch size and at twice it). The max abs difference of each against eager is
-printed; the command exits non-zero above `--tolerance`.
+hyperparameters, such as an injected `net`, from the run's recorded config). The weights
+are written first, and reloaded; then a sample input is run three ways: eager, from the
+reloaded safetensors weights, and through onnxruntime (at the sample's batch size and at
+twice it). The max abs difference of each against eager is printed; the command exits
+non-zero above `--tolerance` + `--rtol` x the largest eager output magnitude (per output).
+A sample input whose floating-point values are all equal gets a note: it checks little.
+
+ONNX that cannot be made (or checked) is one paragraph after the weights' line and exits
+1, the safetensors file written and checked all the same; `--no-onnx` writes only the
+weights (and needs no sample input: without one, the reloaded tensors are compared).
 
 The sample input is the module's `example_input_array`, with Lightning's convention: a
 tensor is `forward(x)`, a tuple or list `forward(*x)`, a dict `forward(**x)`. Without it,
 a validation batch that is a tensor or an `(inputs, target)` pair gives `forward(inputs)`;
 anything else needs `example_input_array`. ONNX inputs are named after the dict's keys
-(`input_0`, `input_1`... otherwise); their first dimension is the dynamic `batch`. A module
-declares more dynamic dimensions with an attribute naming them per input, e.g.
+(`input_0`, `input_1`... otherwise). When every input shares the size of its first
+dimension, that dimension is the dynamic `batch`; inputs that do not share it (a graph's
+`x` (nodes, F), `edge_index` (2, edges)) have no batch dimension unless the module names
+one. A module declares dynamic dimensions with an attribute naming them per input, e.g.
 `self.export_dynamic_dims = {"tokens": {1: "length"}, "mask": {1: "length"}}` (one name,
-one size). ONNX needs the `export` extra: `pip install -e ".[export]"`.
+one size; a dimension named `batch` is the one doubled for the check at twice the batch).
+Export never resizes any other dimension. ONNX needs the `export` extra:
+`pip install -e ".[export]"`.
 """
 
 from __future__ import annotations
@@ -24,8 +33,9 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -108,10 +118,14 @@ def _without_instantiator(hparams: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass
 class SampleInputs:
-    """Named tensors to call the network with, by keyword (a dict example) or in order."""
+    """Named tensors to call the network with, by keyword (a dict example) or in order.
+
+    `batch_dims` maps each input that has a batch dimension to it (batch_dimensions()).
+    """
 
     tensors: dict[str, torch.Tensor]
     by_keyword: bool
+    batch_dims: dict[str, int] = field(default_factory=dict)
 
     def args(self) -> tuple[torch.Tensor, ...]:
         return () if self.by_keyword else tuple(self.tensors.values())
@@ -122,10 +136,17 @@ class SampleInputs:
     def call(self, model: torch.nn.Module) -> list[torch.Tensor]:
         return _leaves(model(*self.args(), **self.kwargs()))
 
-    def doubled(self) -> SampleInputs:
-        """The same inputs at twice the batch size: checks the batch dimension is dynamic."""
-        tensors = {name: torch.cat([t, t]) for name, t in self.tensors.items()}
-        return SampleInputs(tensors, self.by_keyword)
+    def doubled(self) -> SampleInputs | None:
+        """The same inputs at twice the batch size, to check that the batch dimension is
+        dynamic: each input with a batch dimension repeated along it, the others as they
+        are. None without a batch dimension: no other dimension is resized on a guess."""
+        if not self.batch_dims:
+            return None
+        tensors = {
+            name: torch.cat([t, t], dim=self.batch_dims[name]) if name in self.batch_dims else t
+            for name, t in self.tensors.items()
+        }
+        return SampleInputs(tensors, self.by_keyword, self.batch_dims)
 
 
 def sample_inputs(model: LightningModule, datamodule: LightningDataModule | None) -> SampleInputs:
@@ -144,7 +165,28 @@ def sample_inputs(model: LightningModule, datamodule: LightningDataModule | None
             "tensors or a dict of tensors (names -> tensors, passed as forward(**inputs)); "
             f"it holds {sorted({type(t).__name__ for t in tensors.values()})}."
         )
-    return SampleInputs({name: t.detach().cpu() for name, t in tensors.items()}, by_keyword)
+    tensors = {name: t.detach().cpu() for name, t in tensors.items()}
+    return SampleInputs(tensors, by_keyword, batch_dimensions(model, tensors))
+
+
+def batch_dimensions(model: LightningModule, tensors: dict[str, torch.Tensor]) -> dict[str, int]:
+    """Which dimension of each input is the batch: those `export_dynamic_dims` names
+    `batch`; without such a name, dim 0 of every input when all inputs share its size
+    and none declares dim 0 otherwise; else none (graph inputs: nodes, edges)."""
+    declared = getattr(model, "export_dynamic_dims", {}) or {}
+    named = {
+        name: dim
+        for name, dims in declared.items()
+        for dim, label in dims.items()
+        if label == "batch" and name in tensors
+    }
+    if named:
+        return named
+    batched = {name: t for name, t in tensors.items() if t.dim() > 0}
+    shared = len({t.shape[0] for t in batched.values()}) == 1
+    if shared and not any(0 in declared.get(name, {}) for name in batched):
+        return dict.fromkeys(batched, 0)
+    return {}
 
 
 def _validation_inputs(
@@ -179,7 +221,7 @@ def _validation_inputs(
 def dynamic_shapes(
     model: LightningModule, inputs: SampleInputs
 ) -> dict[str, Any] | tuple[Any, ...]:
-    """Dim 0 of every input is `batch`; `model.export_dynamic_dims` adds named ones."""
+    """Each input's batch dimension is `batch`; `model.export_dynamic_dims` adds named ones."""
     declared = getattr(model, "export_dynamic_dims", {}) or {}
     unknown = sorted(set(declared) - set(inputs.tensors))
     if unknown:
@@ -192,12 +234,11 @@ def dynamic_shapes(
     def dim(name: str) -> torch.export.Dim:
         return dims.setdefault(name, torch.export.Dim(name))
 
-    shapes = {
-        name: {0: dim("batch"), **{i: dim(d) for i, d in declared.get(name, {}).items()}}
-        if tensor.dim() > 0
-        else None
-        for name, tensor in inputs.tensors.items()
-    }
+    shapes = {}
+    for name in inputs.tensors:
+        batch = {inputs.batch_dims[name]: "batch"} if name in inputs.batch_dims else {}
+        named = {**batch, **declared.get(name, {})}
+        shapes[name] = {i: dim(label) for i, label in named.items()} or None
     return shapes if inputs.by_keyword else tuple(shapes.values())
 
 
@@ -259,18 +300,81 @@ def onnx_outputs(path: Path, inputs: SampleInputs) -> list[torch.Tensor]:
     return [torch.from_numpy(output) for output in session.run(None, feeds)]
 
 
-def _max_diff(outputs: list[torch.Tensor], expected: list[torch.Tensor]) -> float:
-    if len(outputs) != len(expected):
-        return float("inf")
-    pairs = zip(outputs, expected, strict=True)
-    return max((output.float() - exp.float()).abs().max().item() for output, exp in pairs)
+@dataclass
+class Parity:
+    """The largest difference of an exported copy's outputs from eager, and what is allowed:
+    `atol + rtol x` the largest eager output magnitude, per output tensor (float32 rounding
+    grows with the values computed, so a fixed bound is too strict for large outputs)."""
+
+    diff: float
+    allowed: float
+
+    @property
+    def ok(self) -> bool:
+        return self.diff <= self.allowed
+
+    def worst(self, other: Parity) -> Parity:
+        return max(self, other, key=lambda p: p.diff - p.allowed)
+
+
+def parity(
+    outputs: list[torch.Tensor], expected: list[torch.Tensor], atol: float, rtol: float
+) -> Parity:
+    if len(outputs) != len(expected) or not expected:
+        return Parity(float("inf"), atol)
+    found = Parity(0.0, atol)
+    for output, exp in zip(outputs, expected, strict=True):
+        diff = (output.float() - exp.float()).abs().max().item() if exp.numel() else 0.0
+        scale = exp.float().abs().max().item() if exp.numel() else 0.0
+        found = found.worst(Parity(diff, atol + rtol * scale))
+    return found
+
+
+def constant_inputs(inputs: SampleInputs) -> list[str]:
+    """The floating-point inputs whose values are all equal (all zeros, all ones...)."""
+    return [
+        f"{name} (every value {t.flatten()[0].item():g})"
+        for name, t in inputs.tensors.items()
+        if t.is_floating_point() and t.numel() > 1 and bool((t == t.flatten()[0]).all())
+    ]
+
+
+def report(results: dict[Path, Parity], inputs: SampleInputs, rtol: float) -> list[str]:
+    """One line per exported file, and the hint when the sample input cannot tell much."""
+    lines = [
+        f"{file}  max abs diff vs eager {p.diff:.3g}  "
+        + ("ok" if p.ok else f"OVER tolerance {p.allowed:.3g}")
+        + f" (--tolerance + --rtol {rtol:g} x max |eager output|)"
+        for file, p in results.items()
+    ]
+    constant = constant_inputs(inputs)
+    if constant:
+        lines.append(
+            f"Note: the sample input is constant in {', '.join(constant)}: every position "
+            "of the network then computes much the same thing, so the comparison checks "
+            "little, and a difference it shows (a bias, a normalisation of a constant) need "
+            "not appear on real data. Set `example_input_array` to values like the data's, "
+            "e.g. `torch.randn(...)` of the same shape, and export again."
+        )
+    return lines
 
 
 def export(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="export", description=__doc__)
     parser.add_argument("checkpoint", type=Path, help="a .ckpt file (or an FSDP2 run's folder)")
     parser.add_argument("--output", type=Path, help="folder (default: next to the checkpoint)")
-    parser.add_argument("--tolerance", type=float, default=1e-4, help="max abs difference")
+    parser.add_argument(
+        "--tolerance", type=float, default=1e-4, help="allowed max abs difference (plus --rtol's)"
+    )
+    parser.add_argument(
+        "--rtol", type=float, default=1e-4, help="allowed more per unit of output magnitude"
+    )
+    parser.add_argument(
+        "--onnx",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also write ONNX (--no-onnx: the safetensors weights only)",
+    )
     parser.add_argument(
         "--trust",
         action="append",
@@ -286,32 +390,85 @@ def export(argv: Sequence[str]) -> int:
     checkpoint = load_checkpoint(source)
     model, datamodule = rebuild(source, checkpoint, args.trust)
     model.eval()
-    inputs = sample_inputs(model, datamodule)
     output = args.output or path.parent
     output.mkdir(parents=True, exist_ok=True)
-    with torch.inference_mode():
-        expected, expected_doubled = inputs.call(model), inputs.doubled().call(model)
 
+    # The weights first: they need no sample input and no exporter.
     weights_path = output / f"{path.stem}.safetensors"
     export_safetensors(model, checkpoint, weights_path)
     from safetensors.torch import load_model
 
     reloaded = copy.deepcopy(model)
     load_model(reloaded, weights_path)
-    onnx_path = output / f"{path.stem}.onnx"
-    export_onnx(model, inputs, onnx_path)
+    try:
+        inputs = sample_inputs(model, datamodule)
+    except Refusal as refusal:
+        same = _same_weights(model, reloaded)
+        print(f"{weights_path}  reloaded weights {'identical' if same else 'DIFFER'}")
+        if not args.onnx:
+            return 0 if same else 1
+        raise Refusal(
+            f"{refusal.message} The weights are written ({weights_path.name}); "
+            "`--no-onnx` exports only them."
+        ) from None
+
+    doubled = inputs.doubled()
     with torch.inference_mode():
-        onnx_diff = max(
-            _max_diff(onnx_outputs(onnx_path, inputs), expected),
-            _max_diff(onnx_outputs(onnx_path, inputs.doubled()), expected_doubled),
+        expected = inputs.call(model)
+        expected_doubled = None if doubled is None else doubled.call(model)
+        results = {weights_path: parity(inputs.call(reloaded), expected, args.tolerance, args.rtol)}
+    onnx_failure = None
+    if args.onnx:
+        onnx_path = output / f"{path.stem}.onnx"
+        try:
+            export_onnx(model, inputs, onnx_path)
+            with torch.inference_mode():
+                found = parity(onnx_outputs(onnx_path, inputs), expected, args.tolerance, args.rtol)
+                if doubled is not None and expected_doubled is not None:
+                    outputs = onnx_outputs(onnx_path, doubled)
+                    found = found.worst(
+                        parity(outputs, expected_doubled, args.tolerance, args.rtol)
+                    )
+            results[onnx_path] = found
+        # The exporter fails in many ways (torch.export's guards on data-dependent shapes,
+        # operators ONNX lacks, onnxruntime's own errors): each ends as the paragraph below,
+        # after the weights, which are complete.
+        except (Refusal, Exception) as error:
+            onnx_path.unlink(missing_ok=True)  # no unverified (or earlier run's) file left
+            onnx_failure = onnx_paragraph(onnx_path, error)
+    for line in report(results, inputs, args.rtol):
+        print(line)
+    if doubled is None and args.onnx:
+        shapes = ", ".join(f"{name} {tuple(t.shape)}" for name, t in inputs.tensors.items())
+        print(
+            f"Note: no batch dimension: the sample inputs do not share their first dimension "
+            f"({shapes}) and `export_dynamic_dims` names none `batch`, so ONNX was not run "
+            "at twice the batch, and only the dimensions `export_dynamic_dims` declares are "
+            "dynamic in the ONNX graph; the others keep the sample's sizes."
         )
-        results = {
-            weights_path: _max_diff(inputs.call(reloaded), expected),
-            onnx_path: onnx_diff,
-        }
-    failed = False
-    for file, diff in results.items():
-        verdict = "ok" if diff <= args.tolerance else f"OVER tolerance {args.tolerance:g}"
-        failed |= diff > args.tolerance
-        print(f"{file}  max abs diff vs eager {diff:.3g}  {verdict}")
-    return 1 if failed else 0
+    if onnx_failure:
+        print(f"error: {onnx_failure}", file=sys.stderr)
+    return 1 if onnx_failure or not all(p.ok for p in results.values()) else 0
+
+
+def onnx_paragraph(path: Path, error: BaseException) -> str:
+    """Why the ONNX file could not be made, in one paragraph (an exporter's message can run
+    to pages: its first line)."""
+    if isinstance(error, Refusal):
+        reason = error.message
+    else:
+        first = next((line for line in str(error).splitlines() if line.strip()), "")
+        reason = f"{type(error).__name__}: {first[:400]}"
+    reason = reason.rstrip().rstrip(".") + "."
+    return (
+        f"ONNX: {path.name} was not made: {reason} The safetensors weights are written and "
+        "checked above. torch.export traces `forward` at the sample's shapes: shapes that "
+        "depend on tensor values, or Python branching on them, are the usual cause "
+        "(`torch.export.export(model, args, kwargs)` shows the full error); `--no-onnx` "
+        "exports only the weights."
+    )
+
+
+def _same_weights(model: torch.nn.Module, reloaded: torch.nn.Module) -> bool:
+    theirs = reloaded.state_dict()
+    return all(torch.equal(t, theirs[name]) for name, t in model.state_dict().items())

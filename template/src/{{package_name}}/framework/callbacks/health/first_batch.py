@@ -2,7 +2,7 @@
 """Check the first training batch before the first update: shapes, finiteness, labels."""
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import lightning as L
@@ -13,6 +13,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import TensorBoardLogger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
+from ..batches import named_tensors, parts
 from .errors import HealthCheckFailed
 
 TARGET_KEYS = ("label", "labels", "target", "targets", "y")
@@ -25,10 +26,11 @@ class FirstBatchCheck(Callback):
     The first training batch is checked, and the first batch of the sanity-check
     validation when it runs (it comes before any training):
 
-    - logs each tensor's name, dtype and shape;
+    - logs each tensor's name, dtype and shape (also inside dataclasses and batch objects,
+      such as torch_geometric's `Batch`: batches.py);
     - all floating-point inputs must be finite;
     - when the module declares `num_classes`, the targets (the last element of a tuple or
-      list batch, or its "label"/"target"/"y" entry) must be integers in [0, num_classes)
+      list batch, or its "label"/"target"/"y" entry or attribute) must be integers in [0, num_classes)
       (-100, cross_entropy's ignore_index, is allowed); float targets are accepted only as
       per-class scores, with a last dimension of num_classes;
     - image batches (N, 1 or 3, H, W) are sent as a grid to loggers that show images
@@ -72,7 +74,7 @@ class FirstBatchCheck(Callback):
         if split in self._checked:
             return
         self._checked.add(split)
-        tensors = dict(named_tensors(batch, "batch"))
+        tensors = dict(named_tensors(batch))
         shapes = ", ".join(f"{name} {t.dtype} {tuple(t.shape)}" for name, t in tensors.items())
         rank_zero_info(f"First {split} batch: {shapes or 'no tensors'}")
         problems = [
@@ -94,25 +96,15 @@ class FirstBatchCheck(Callback):
             _log_grid(trainer, image_grid(images[: self.max_images]))
 
 
-def named_tensors(batch: Any, name: str) -> Iterator[tuple[str, torch.Tensor]]:
-    """Each tensor of a batch of tensors, lists, tuples and dicts, named as it is indexed."""
-    if isinstance(batch, torch.Tensor):
-        yield name, batch
-    elif isinstance(batch, Mapping):
-        for key, value in batch.items():
-            yield from named_tensors(value, f"{name}[{key!r}]")
-    elif isinstance(batch, Sequence) and not isinstance(batch, str):
-        for index, value in enumerate(batch):
-            yield from named_tensors(value, f"{name}[{index}]")
-
-
 def _targets(batch: Any) -> torch.Tensor | None:
-    if isinstance(batch, Mapping):
-        found = (batch[key] for key in TARGET_KEYS if key in batch)
-        return next((t for t in found if isinstance(t, torch.Tensor)), None)
-    if isinstance(batch, Sequence) and len(batch) >= 2 and isinstance(batch[-1], torch.Tensor):
-        return batch[-1]
-    return None
+    """The class targets: a dict's or a batch object's "label"/"target"/"y" entry, or the
+    last element of a tuple or list."""
+    if isinstance(batch, Sequence) and not isinstance(batch, str):
+        last = batch[-1] if len(batch) >= 2 else None
+        return last if isinstance(last, torch.Tensor) else None
+    entries = dict(parts(batch))  # keyed "['y']" in a dict, ".y" in an object
+    found = (entries.get(f"[{key!r}]", entries.get(f".{key}")) for key in TARGET_KEYS)
+    return next((t for t in found if isinstance(t, torch.Tensor)), None)
 
 
 def _label_problems(batch: Any, num_classes: Any, warn: bool) -> list[str]:
@@ -131,7 +123,8 @@ def _label_problems(batch: Any, num_classes: Any, warn: bool) -> list[str]:
         if warn:
             rank_zero_warn(
                 "FirstBatchCheck: no targets found in the first batch (expected the last element "
-                f"of a tuple/list, or one of the keys {', '.join(TARGET_KEYS)}); labels not checked."
+                "of a tuple/list, or one of the keys or attributes "
+                f"{', '.join(TARGET_KEYS)}); labels not checked."
             )
         return []
     if targets.is_floating_point() or targets.is_complex() or targets.dtype == torch.bool:

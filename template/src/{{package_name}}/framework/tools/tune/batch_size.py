@@ -68,7 +68,7 @@ def reasons(
         f"{percent(tolerance)} of it."
     ]
     larger = [m for m in roomy if m.value > chosen.value]
-    if larger:
+    if larger and _rate(chosen) > 0:
         gain = max(_rate(m) for m in larger) / _rate(chosen) - 1
         more = f"at most {percent(gain)} more samples/s" if gain > 0 else "no more samples/s"
         lines.append(f"Larger sizes gave {more}, and fewer steps per epoch.")

@@ -19,7 +19,8 @@ from typing import Any
 import lightning as L
 import torch
 
-from ...callbacks.throughput import batch_size
+from ...callbacks.batches import sample_counter, uncounted_note
+from ...platform.refusal import Refusal
 from ...run.lightning_cli import ProjectCLI
 
 WARMUP = 2  # batches not timed: first-batch checks, allocator warm-up, compilation
@@ -33,7 +34,9 @@ class StepTimer(L.Callback):
     total adds the step itself. The batches after `WARMUP` give the steady rates. On CUDA
     each batch ends with a device synchronization, so that its time is its own, not the
     queue's; the data wait then also counts loading that `fit` overlaps with device work:
-    an upper bound of what fit's monitor sees.
+    an upper bound of what fit's monitor sees. Samples are counted as fit's
+    TrainingThroughput counts them (callbacks/batches.py: a `count_samples` hook, or the
+    batch's own size).
     """
 
     def __init__(self) -> None:
@@ -42,8 +45,10 @@ class StepTimer(L.Callback):
         self.samples: list[int] = []
         self.memory: float | None = None  # peak reserved / total, CUDA only
         self.batches_per_epoch: int | None = None
+        self.uncounted: str | None = None  # the type of a batch whose samples were not found
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._count = sample_counter(pl_module, trainer.datamodule)  # type: ignore[attr-defined]
         loader = trainer.train_dataloader
         self.batches_per_epoch = len(loader) if isinstance(loader, Sized) else None
         device = trainer.strategy.root_device
@@ -69,7 +74,10 @@ class StepTimer(L.Callback):
         now = time.perf_counter()
         self.waits.append(self._start - self._last_end)
         self.totals.append(now - self._last_end)
-        self.samples.append(batch_size(batch))
+        samples = self._count(batch)
+        if not samples and self.uncounted is None:
+            self.uncounted = type(batch).__name__
+        self.samples.append(samples)
         self._last_end = now
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -80,12 +88,15 @@ class StepTimer(L.Callback):
 
     @property
     def samples_per_sec(self) -> float:
-        """Samples per second of the lower-quartile batch time after the warm-up (nan: none).
+        """Samples per second of the lower-quartile batch time after the warm-up (nan: none
+        timed, or a batch whose samples were not counted).
 
         Not the mean: on a shared machine other processes slow some batches several times
         over; as Python's `timeit` advises, the faster times show what the setting can do,
         the slower ones the interference.
         """
+        if self.uncounted is not None:
+            return float("nan")
         batches = list(zip(self.samples, self.totals, strict=True))[WARMUP:]
         rates = sorted(n / t for n, t in batches if t > 0)
         return rates[len(rates) * 3 // 4] if rates else float("nan")
@@ -148,5 +159,9 @@ def timed(options: list[str], steps: int, root: Path, value: Any) -> tuple[Measu
     timer = {"class_path": f"{__name__}.StepTimer"}
     cli = fit([*options, f"--trainer.limit_train_batches={WARMUP + steps}"], root, timer)
     found = callback(cli.trainer, StepTimer)
+    if found.uncounted is not None:
+        raise Refusal(
+            uncounted_note("tune", found.uncounted, "it cannot compare samples per second")
+        )
     measured = Measurement(value, found.samples_per_sec, found.epoch_wait_fraction(), found.memory)
     return measured, cli
