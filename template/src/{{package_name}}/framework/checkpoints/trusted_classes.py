@@ -65,6 +65,10 @@ MAX_VALUES = 100_000  # a CLI-trained checkpoint's hyperparameters hold ~100
 CLASS_KEYS = ("class_path", "init_args", "dict_kwargs")
 
 
+# jsonargparse's path types (Path_fr, Path_dw, ...): they check a path and read nothing.
+_ARGPARSE_PATH: type = getattr(jsonargparse, "Path", pathlib.PurePath)
+
+
 class _TooLarge(Exception):
     """The values, counted with every repeat of a shared one, exceed MAX_VALUES."""
 
@@ -86,7 +90,11 @@ class Trust:
     named: frozenset[str]
     explicit: frozenset[str] = frozenset()
     mappings: frozenset[str] = frozenset()
-    how: str = "give each of those values on the command line yourself"
+    how: str = (
+        "give each of those values on the command line yourself (`--{section}.<key> VALUE`, "
+        "a class as `--model.net pkg.nets.Net`), or type the argument in its class's "
+        "signature (`dict[str, str]`, not `Any` or no type)"
+    )
 
 
 def named_in(config: Any) -> set[str]:
@@ -133,10 +141,10 @@ def check_sections(checkpoint: dict[str, Any], path: Path, sections: Iterable[st
 
 def taken_hyperparameters(
     hparams: Mapping[str, Any], section: str, path: Path, trust: Trust, default_class: Any = None
-) -> tuple[dict[str, Any], list[str]]:
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """The hyperparameters as they may reach jsonargparse, and the keys left out because
-    the command line sets them and the checkpoint's values would be refused; a Refusal for
-    any other value that cannot be taken.
+    the command line sets them and the checkpoint's values would be refused (key -> the
+    checkpoint's value); a Refusal for any other value that cannot be taken.
 
     `section`: the config section they rebuild (`model`, `data`), for the keys named.
     `default_class`: the class path they apply to when they record none (`_class_path`):
@@ -152,8 +160,7 @@ def taken_hyperparameters(
             "string, a path, a choice), and a class only as a class path of this project, "
             "torch or Lightning, or one the config or command line names; anything else "
             "could make the command import code, so nothing was imported. If you trust this "
-            f"file, {trust.how} (e.g. `--{section}.<key> VALUE`, `--model.net "
-            "pkg.nets.Net`), or use another file."
+            f"file, {trust.how.format(section=section)}, or use another file."
         )
     return taken, taker.replaced
 
@@ -164,7 +171,7 @@ class _Taker:
     def __init__(self, trust: Trust) -> None:
         self.trust = trust
         self.refused: list[str] = []
-        self.replaced: list[str] = []
+        self.replaced: dict[str, Any] = {}
 
     def section(self, hparams: Mapping[str, Any], where: str, default_class: Any) -> dict[str, Any]:
         """A LightningModule's or DataModule's hyperparameters, `_class_path` and all."""
@@ -184,7 +191,7 @@ class _Taker:
         """`arguments` for `cls(**arguments)`, each taken by its declared type.
 
         A key the command line sets whose checkpoint value would be refused is left out
-        (the command line's value applies) and listed in `replaced`.
+        (the command line's value applies) and kept in `replaced`, with that value.
         """
         declared = _declared(cls)
         taken: dict[str, Any] = {}
@@ -197,7 +204,7 @@ class _Taker:
             kept = self.value(value, annotation, name)
             if len(self.refused) > refused_before and self._explicit(name):
                 del self.refused[refused_before:]
-                self.replaced.append(name)
+                self.replaced[name] = value
             elif kept is not _REFUSED:
                 taken[key] = kept
         return taken
@@ -360,6 +367,8 @@ def _is_plain(annotation: Any) -> bool:
         return all(_names_no_code(choice) or isinstance(choice, str) for choice in arguments)
     if origin in (typing.Union, types.UnionType):
         return all(_is_plain(arm) for arm in arguments)
+    if _is_bare_container(annotation):
+        return True
     if origin in (list, tuple, set, frozenset, dict) or _is_abc_container(origin):
         items = [arm for arm in arguments if arm is not Ellipsis]
         return bool(items) and all(_is_plain(arm) for arm in items)
@@ -377,8 +386,38 @@ def _is_path(annotation: Any) -> bool:
     path and reads nothing from it."""
     annotation = typing.get_origin(annotation) or annotation
     return inspect.isclass(annotation) and issubclass(
-        annotation, pathlib.PurePath | os.PathLike | jsonargparse.Path
+        annotation, (pathlib.PurePath, os.PathLike, _ARGPARSE_PATH)
     )
+
+
+def _is_bare_container(annotation: Any) -> bool:
+    """`dict`, `list`, `tuple`, `set` without item types (or `typing.Dict` and the like).
+
+    jsonargparse keeps what such a container holds as it is: a string inside one is never
+    read as YAML, JSON or a path, a mapping inside one never built (the tests hold it to
+    that: a bare `dict` argument of the typed toy is attacked like every other).
+    """
+    origin = typing.get_origin(annotation) or annotation
+    bare = annotation in (dict, list, tuple, set, frozenset) or not typing.get_args(annotation)
+    return origin in (dict, list, tuple, set, frozenset) and bare
+
+
+def _fits_bare(value: Any, container: Any) -> bool:
+    """A bare container's value: that container, holding strings, numbers, booleans, None
+    and containers of them; no mapping shaped as a class config (`class_path`)."""
+    if container is dict:
+        return isinstance(value, Mapping) and _plain_leaves(value)
+    return isinstance(value, list | tuple | set | frozenset) and _plain_leaves(value)
+
+
+def _plain_leaves(value: Any) -> bool:
+    if isinstance(value, Mapping):
+        return not set(value) & set(CLASS_KEYS) and all(
+            isinstance(key, str | int) and _plain_leaves(item) for key, item in value.items()
+        )
+    if isinstance(value, list | tuple | set | frozenset):
+        return all(_plain_leaves(item) for item in value)
+    return value is None or isinstance(value, str | int | float | bool)
 
 
 def _fits(value: Any, annotation: Any) -> bool:
@@ -387,6 +426,8 @@ def _fits(value: Any, annotation: Any) -> bool:
     arguments = typing.get_args(annotation)
     if annotation is None or annotation is type(None):
         return value is None
+    if _is_bare_container(annotation):
+        return _fits_bare(value, origin or annotation)
     if origin is typing.Literal:
         return any(value == choice and type(value) is type(choice) for choice in arguments)
     if origin in (typing.Union, types.UnionType):
@@ -424,10 +465,15 @@ def _fits(value: Any, annotation: Any) -> bool:
 
 
 def _names_no_code(value: Any) -> bool:
-    """A value holding no string and no mapping (numbers, booleans, None, tensors, lists of
-    them): jsonargparse reads no class, YAML or path from it, whatever the declared type."""
-    if isinstance(value, str | bytes | Mapping | Namespace):
+    """A value holding no string (numbers, booleans, None, tensors, and lists and mappings
+    of them, not shaped as a class config): jsonargparse reads no class, YAML or path from
+    it, whatever the declared type."""
+    if isinstance(value, str | bytes | Namespace):
         return False
+    if isinstance(value, Mapping):
+        return not set(value) & set(CLASS_KEYS) and all(
+            isinstance(key, str | int) and _names_no_code(item) for key, item in value.items()
+        )
     if isinstance(value, list | tuple | set | frozenset):
         return all(_names_no_code(item) for item in value)
     return True

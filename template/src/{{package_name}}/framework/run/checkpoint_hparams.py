@@ -138,15 +138,33 @@ def _class_path_of(section: Any) -> str | None:
     return class_path if isinstance(class_path, str) else None
 
 
-def _refuse_replaced_on_resume(path: Path, replaced: list[str]) -> None:
+def _refuse_replaced_on_resume(path: Path, replaced: dict[str, Any], config: Namespace) -> None:
+    """Stop a resume whose command line gives a value the checkpoint holds otherwise, for a
+    key whose checkpoint value is not taken from a file (the same value goes on)."""
+    differing = [key for key, value in replaced.items() if _value_at(config, key) != value]
+    if not differing:
+        return
     raise Refusal(
-        f"fit --ckpt_path {path}: the command line sets {', '.join(replaced)}, whose "
-        "values in the checkpoint are not taken from a file (see the keys above: no plain "
-        "type, or a class outside this project, torch and Lightning). Resuming restores the "
-        "optimizer and scheduler state saved with the checkpoint's values, so a run "
-        "continued with other values would not be the same run. To train from these "
-        f"weights with your values, start a new run: `fit --init_from {path}`."
+        f"fit --ckpt_path {path}: the command line sets {', '.join(differing)} to other values "
+        "than the checkpoint holds, whose values are not taken from a file (no plain type "
+        "declared, or a class outside this project, torch and Lightning). Resuming restores "
+        "the optimizer and scheduler state saved with the checkpoint's values, so a run "
+        "continued with other values would not be the same run. To resume, give the "
+        "checkpoint's values (`inspect-ckpt FILE --config` shows them); to train from these "
+        f"weights with yours, start a new run: `fit --init_from {path}`."
     )
+
+
+def _value_at(config: Namespace, key: str) -> Any:
+    """The plain value of `model.<a>.<b>` in a parsed config (through `init_args` levels)."""
+    node: Any = config
+    for part in key.split("."):
+        if isinstance(node, Namespace) and part not in node and "init_args" in node:
+            node = node.get("init_args")
+        if not isinstance(node, Namespace) or part not in node:
+            return None
+        node = node[part]
+    return node.as_dict() if isinstance(node, Namespace) else node
 
 
 class CheckpointHparams:
@@ -166,7 +184,6 @@ class CheckpointHparams:
             mappings=frozenset(
                 key for keys in self.explicit.values() for key, whole in keys.items() if whole
             ),
-            how="give each of those values on the command line yourself",
         )
         self.command, self.path = command, path
         hparams = dict(checkpoint.get("hyper_parameters") or {})
@@ -179,9 +196,9 @@ class CheckpointHparams:
         )
         if self.data is not None:
             data, replaced_data = taken_hyperparameters(self.data, "data", path, trust)
-            self.data, replaced = data, [*replaced, *replaced_data]
-        if replaced and command == "fit":
-            _refuse_replaced_on_resume(path, replaced)
+            self.data, replaced = data, {**replaced, **replaced_data}
+        if command == "fit":
+            _refuse_replaced_on_resume(path, replaced, config)
         self.saved = _as_model_section({k: v for k, v in taken.items() if k not in recorded})
         self.recorded = {key: value for key, value in taken.items() if key in recorded}
         self.run_length = recorded_run_length(checkpoint)

@@ -61,7 +61,7 @@ from ..run.checkpoint_hparams import recorded_arguments
 
 
 def rebuild(
-    path: Path, checkpoint: dict[str, Any], trusted: Sequence[str] = ()
+    path: Path, checkpoint: dict[str, Any], trusted: Sequence[str] = (), trust_file: bool = False
 ) -> tuple[LightningModule, LightningDataModule | None]:
     """The module (and data module, when recorded) of a CLI-trained checkpoint, with its weights.
 
@@ -69,11 +69,14 @@ def rebuild(
     of torch/Lightning, named in `configs/default.yaml` or in `trusted`), never from the
     file's own values: Lightning's `load_from_checkpoint` would hand every one of them to
     jsonargparse. Arguments kept out of the hyperparameters (an injected `net`) come from
-    the recorded config, taken the same way.
+    the recorded config, taken the same way. `trust_file`: every value as the file holds
+    it, for a file the user trusts as their own code.
     """
     config = yaml.safe_load(DEFAULT_CONFIG.read_text()) if DEFAULT_CONFIG.is_file() else {}
     trust = Trust(
-        named=frozenset({*named_in(config), *trusted}), how="add `--trust CLASS` for each"
+        named=frozenset({*named_in(config), *trusted}),
+        how="name each class it names with `--trust CLASS`, or take every value of it as "
+        "the file holds it with `--trust-file`",
     )
     check_sections(checkpoint, path, (*MODEL_SECTIONS, *DATA_SECTIONS))
     # As load_from_checkpoint merges them: older Lightning's sections first.
@@ -84,7 +87,9 @@ def rebuild(
     }
     hparams = {**merged, **recorded_arguments(checkpoint)}
     _require_class(hparams, LightningModule)
-    model_hparams, _ = taken_hyperparameters(hparams, "model", path, trust)
+    model_hparams = (
+        hparams if trust_file else taken_hyperparameters(hparams, "model", path, trust)[0]
+    )
     model = instantiate_module(LightningModule, _without_instantiator(model_hparams))
     if is_overridden("configure_model", model):
         model.configure_model()
@@ -94,7 +99,7 @@ def rebuild(
     data = checkpoint.get(DATA_SECTIONS[0]) or {}
     if data.get("_class_path"):
         data = {**data, **recorded_arguments(checkpoint, DATA_SECTIONS[0])}
-        data_hparams, _ = taken_hyperparameters(data, "data", path, trust)
+        data_hparams = data if trust_file else taken_hyperparameters(data, "data", path, trust)[0]
         datamodule = instantiate_module(LightningDataModule, _without_instantiator(data_hparams))
         state = checkpoint.get(type(datamodule).__qualname__)
         if state is not None:
@@ -383,12 +388,18 @@ def export(argv: Sequence[str]) -> int:
         help="a class path the checkpoint names that may be imported and built, for a file "
         "you trust (see trusted_classes.py)",
     )
+    parser.add_argument(
+        "--trust-file",
+        action="store_true",
+        help="take every value the checkpoint holds as it is, for a file you trust as your own "
+        "code (its strings may name classes, modules or YAML files to load)",
+    )
     args = parser.parse_args(argv)
     path = project_path(args.checkpoint)
     # Lightning's load_from_checkpoint reads files only: an FSDP2 folder is gathered first.
     source = gathered_copy(path) if is_sharded(path) else path
     checkpoint = load_checkpoint(source)
-    model, datamodule = rebuild(source, checkpoint, args.trust)
+    model, datamodule = rebuild(source, checkpoint, args.trust, args.trust_file)
     model.eval()
     output = args.output or path.parent
     output.mkdir(parents=True, exist_ok=True)
