@@ -7,8 +7,10 @@ up, so each loader they return, of any kind (DataLoader, StatefulDataLoader, a s
 built with `LoaderOptions` or not), is
 
 - rebuilt, when it is a plain `torch.utils.data.DataLoader` returned for training or
-  validation, as the equivalent torchdata `StatefulDataLoader` (loaders.as_stateful), so a
-  run killed mid-epoch resumes exactly where it stopped (resume.py); said once in the log;
+  validation in a one-process run, as the equivalent torchdata `StatefulDataLoader`
+  (loaders.as_stateful), so a run killed mid-epoch resumes exactly where it stopped
+  (resume.py); said once in the log (several processes: Lightning's DistributedSampler
+  orders each epoch, and an epoch boundary resumes exactly);
 - checked (bad_input.check_loader): worker count, and a training set with batches;
 - given workers that leave SIGTERM / Ctrl-C to the main process (signals.shield_workers);
 - for training, read for what a resume could not replay (loaders.resume_gaps: a loader
@@ -91,7 +93,11 @@ class Watched:
                 refuse_empty_training_set(0, "?", "?")
             raise
         rebuilt: list[DataLoader[Any]] = []
-        if self.hook in FIT_HOOKS:
+        # Several processes: Lightning rebuilds the loader around its DistributedSampler,
+        # which orders each epoch from its seed and epoch (an epoch boundary resumes
+        # exactly); a rebuilt StatefulDataLoader would fast-forward that sampler before
+        # Lightning sets its epoch. So only a one-process run gets the rebuild.
+        if self.hook in FIT_HOOKS and _world_size(self.owner) == 1:
             loaders = _replace_plain(loaders, rebuilt)
         rank = _global_rank(self.owner)
         for loader in _each(loaders):
@@ -126,6 +132,15 @@ def _global_rank(owner: Any) -> int:
     except RuntimeError:
         return 0
     return trainer.global_rank if trainer is not None else 0
+
+
+def _world_size(owner: Any) -> int:
+    """The run's process count; 1 outside a Trainer (your tests)."""
+    try:
+        trainer = owner.trainer
+    except RuntimeError:
+        return 1
+    return trainer.world_size if trainer is not None else 1
 
 
 def _replace_plain(loaders: Any, rebuilt: list[DataLoader[Any]]) -> Any:

@@ -19,8 +19,8 @@ from torch.utils.hooks import RemovableHandle
 
 from ...platform.paths import RunLayout
 from ...platform.private_apis import skips_on_found_inf
+from ..batches import named_tensors
 from .errors import HealthCheckFailed
-from .first_batch import named_tensors
 from .state_copy import GuardedState
 
 CHECKPOINT_NAME = "before-nonfinite.ckpt"
