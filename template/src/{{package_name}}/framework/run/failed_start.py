@@ -20,6 +20,8 @@ in a `checkpoints/` folder is touched. Once any batch has run (training, validat
 or predict), the folder is the record of a command that did work, and stays.
 """
 
+from __future__ import annotations
+
 import os
 import shutil
 from dataclasses import dataclass
@@ -42,7 +44,7 @@ class RootBefore:
     command_size: int  # the length of its command.txt
 
     @classmethod
-    def note(cls, root: Path, fresh: bool) -> "RootBefore":
+    def note(cls, root: Path, fresh: bool) -> RootBefore:
         """`fresh`: the root is a run folder this command has just made (run_folders.py)."""
         missing = [path for path in (root, *root.parents) if not path.exists()]
         made = root if fresh else (missing[-1] if missing else None)
