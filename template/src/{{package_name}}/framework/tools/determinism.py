@@ -68,12 +68,18 @@ def _train(steps: int, root: Path, fit_args: Sequence[str]) -> Path:
 
 
 def verify_determinism(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="verify-determinism", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="verify-determinism", description=__doc__, allow_abbrev=False
+    )
     parser.add_argument("--steps", type=int, default=20, help="training steps per run")
-    parser.add_argument("fit_args", nargs="*", help="arguments for both fit runs (after --)")
-    args = parser.parse_args(argv)
+    parser.add_argument(
+        "fit_args", nargs="*", help="arguments for both fit runs (`--experiment X`, `--config F`)"
+    )
+    # Options it does not know are fit's (`--experiment X`), with or without a `--` before.
+    args, fit_options = parser.parse_known_args(argv)
+    fit_args = [*args.fit_args, *fit_options]
     with tempfile.TemporaryDirectory(prefix="verify-determinism-") as tmp:
-        paths = [_train(args.steps, Path(tmp) / name, args.fit_args) for name in "ab"]
+        paths = [_train(args.steps, Path(tmp) / name, fit_args) for name in "ab"]
         a, b = (torch.load(path, map_location="cpu", weights_only=True) for path in paths)
     difference = compare_checkpoints(a, b)
     if difference:
