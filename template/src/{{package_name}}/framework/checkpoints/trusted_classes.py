@@ -73,6 +73,12 @@ class _TooLarge(Exception):
     """The values, counted with every repeat of a shared one, exceed MAX_VALUES."""
 
 
+# One name per tuple, not a tuple in the clause: ruff writes those apart for Python 3.14 targets.
+_TOO_LARGE = (_TooLarge, RecursionError)
+_NOT_IMPORTABLE = (ImportError, AttributeError, ValueError)
+_NO_SIGNATURE = (TypeError, ValueError)
+
+
 class _Unknown:
     """An annotation that could not be resolved: taken as a class position (the strictest)."""
 
@@ -129,7 +135,7 @@ def check_sections(checkpoint: dict[str, Any], path: Path, sections: Iterable[st
         )
     try:
         _count({key: checkpoint[key] for key in sections}, {})
-    except (_TooLarge, RecursionError):
+    except _TOO_LARGE:
         raise Refusal(
             f"{path} holds hyperparameters that expand to more than {MAX_VALUES:,} "
             "values (one value repeated through shared references, or nested too deep to "
@@ -319,7 +325,7 @@ def _import_named(class_path: str) -> Any:
     module, _, name = class_path.rpartition(".")
     try:
         return getattr(importlib.import_module(module), name) if module else None
-    except (ImportError, AttributeError, ValueError):
+    except _NOT_IMPORTABLE:
         return None
 
 
@@ -331,7 +337,7 @@ def _declared(cls: type) -> dict[str, Any]:
     """
     try:
         signature = inspect.signature(cls)
-    except (TypeError, ValueError):
+    except _NO_SIGNATURE:
         return {}
     init = getattr(cls, "__init__", None)
     try:
