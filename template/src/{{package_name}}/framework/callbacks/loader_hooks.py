@@ -97,9 +97,10 @@ class Watched:
         # which orders each epoch from its seed and epoch (an epoch boundary resumes
         # exactly); a rebuilt StatefulDataLoader would fast-forward that sampler before
         # Lightning sets its epoch. So only a one-process run gets the rebuild.
-        if self.hook in FIT_HOOKS and _world_size(self.owner) == 1:
+        trainer = _trainer(self.owner)
+        if self.hook in FIT_HOOKS and (trainer is None or trainer.world_size == 1):
             loaders = _replace_plain(loaders, rebuilt)
-        rank = _global_rank(self.owner)
+        rank = trainer.global_rank if trainer is not None else 0  # what workers are seeded with
         for loader in _each(loaders):
             check_loader(loader, self.hook)
             shield_workers(loader, rank)
@@ -125,22 +126,13 @@ class Watched:
             )
 
 
-def _global_rank(owner: Any) -> int:
-    """The rank Lightning seeds workers with; 0 when called outside a Trainer (your tests)."""
+def _trainer(owner: Any) -> Any:
+    """The owner's Trainer; None outside one (your tests). A LightningModule without a
+    Trainer raises instead of answering None."""
     try:
-        trainer = owner.trainer  # a LightningModule without one raises
+        return owner.trainer
     except RuntimeError:
-        return 0
-    return trainer.global_rank if trainer is not None else 0
-
-
-def _world_size(owner: Any) -> int:
-    """The run's process count; 1 outside a Trainer (your tests)."""
-    try:
-        trainer = owner.trainer
-    except RuntimeError:
-        return 1
-    return trainer.world_size if trainer is not None else 1
+        return None
 
 
 def _replace_plain(loaders: Any, rebuilt: list[DataLoader[Any]]) -> Any:
