@@ -7,7 +7,8 @@ a save can leave a truncated `last.ckpt` and nothing to resume from. configs/def
 names `AtomicCheckpointIO` in `trainer.plugins`, so every save (ModelCheckpoint, interrupts,
 `trainer.save_checkpoint`) writes a temporary file in the checkpoint's own folder, flushes
 and fsyncs it, then renames it over the target: a reader sees the old file or the new one,
-never half of one. A save killed midway leaves only a `.<name>.<pid>.partial` file
+never half of one; a small JSON summary of the saved checkpoint goes beside it for
+`compare` (summary.py). A save killed midway leaves only a `.<name>.<pid>.partial` file
 behind (`.save.<owner>.<random>.partial`), which the next save into that folder deletes
 once its process is gone. A save that finds the disk full stops the run with one
 paragraph naming the file and the free space (the earlier checkpoints stay as they
@@ -20,6 +21,7 @@ read already (run_plan.py) is handed over with `preload` and given back to the
 Trainer's load of that path instead of a second read of the file.
 """
 
+import contextlib
 import errno
 import hashlib
 import os
@@ -36,6 +38,7 @@ from lightning.pytorch.plugins.io import TorchCheckpointIO
 from ..platform.refusal import Refusal
 from .load import load_checkpoint
 from .provenance import warn_if_environment_differs
+from .summary import write_summary
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -84,6 +87,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 raise Refusal(_no_space(path)) from None
             raise
         _fsync_directory(path.parent)
+        with contextlib.suppress(OSError):  # saved; a stale summary no longer matches it
+            write_summary(checkpoint, path, 0o666 & ~_UMASK)
 
     def load_checkpoint(
         self, path: str | Path, map_location: Any = None, weights_only: bool | None = None

@@ -15,7 +15,8 @@ Read back, from what runs already write (so runs made before this module read to
 resolved config (the checkpoint's provenance, else the saved `config*.yaml`), the
 provenance record, the checkpoint's callback states (the best score of
 `checkpoint.monitor`, Lightning's `Timer`) and the CSV logger's `metrics.csv`, merged
-over versions.
+over versions. The checkpoint's parts come from the JSON summary saved beside it while it
+matches the file (checkpoints/summary.py): thousands of runs read without unpickling.
 """
 
 import csv
@@ -34,6 +35,7 @@ from jsonargparse import Namespace
 from lightning.pytorch.utilities import rank_zero_only
 
 from ..checkpoints.load import load_checkpoint
+from ..checkpoints.summary import CONFIG, SUMMARIZED, read_summary
 from ..platform.paths import RunLayout
 from ..platform.yaml_guard import UnsafeYaml, load_yaml
 
@@ -110,8 +112,9 @@ def continue_loggers(logger_config: Any, checkpoint: dict[str, Any]) -> None:
 
 
 # What a record keeps of a checkpoint: its counters, callback states (Timer, best scores)
-# and provenance, not the weights and optimizer states of thousands of runs at once.
-SHOWN = ("epoch", "global_step", "callbacks", "provenance")
+# and provenance, not the weights and optimizer states of thousands of runs at once; what
+# the summary beside a checkpoint holds, read instead of the checkpoint when it matches.
+SHOWN = SUMMARIZED
 
 
 def _plain_name(version: str) -> bool:
@@ -207,8 +210,11 @@ class UnreadableRun(ValueError):
 def read_run(folder: Path) -> RunRecord:
     """The run's records; UnreadableRun when its config or metrics cannot be read."""
     path = newest_checkpoint(folder)
-    checkpoint = {k: v for k, v in load_checkpoint(path).items() if k in SHOWN} if path else {}
+    checkpoint = (read_summary(path) or _shown(load_checkpoint(path))) if path else {}
     provenance = checkpoint.pop("provenance", None) or {}
+    parsed = checkpoint.pop(CONFIG, None)  # the summary's, parsed when it was saved
+    if isinstance(parsed, dict):
+        return RunRecord(folder, parsed, provenance, checkpoint, read_metrics(folder))
     recorded = provenance.get("config")
     source = f"the config recorded in {path}" if recorded else None
     if not recorded:
@@ -224,6 +230,10 @@ def read_run(folder: Path) -> RunRecord:
     if not isinstance(config, dict):
         raise UnreadableRun(f"{source} is not a mapping of settings")
     return RunRecord(folder, config, provenance, checkpoint, read_metrics(folder))
+
+
+def _shown(checkpoint: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in checkpoint.items() if key in SHOWN}
 
 
 def _saved_config(folder: Path) -> tuple[str | None, str | None]:
