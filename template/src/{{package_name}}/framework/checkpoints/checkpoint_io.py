@@ -15,7 +15,8 @@ paragraph naming the file and the free space (the earlier checkpoints stay as th
 were). The file gets the permissions any file the process writes gets (the umask), like
 the run's logs, not the owner-only 0600 of a temporary file.
 
-Loads go through `load_checkpoint` (inspect_ckpt.py), and warn where the checkpoint's
+Loads go through `load_checkpoint` (load.py), put back the frozen weights a checkpoint
+left out (left_out.py) from the model the command built, and warn where the checkpoint's
 code or versions differ from this run's (provenance.py). A checkpoint the command has
 read already (run_plan.py) is handed over with `preload` and given back to the
 Trainer's load of that path instead of a second read of the file.
@@ -36,6 +37,7 @@ import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from ..platform.refusal import Refusal
+from .left_out import left_out_names, restore_left_out
 from .load import load_checkpoint
 from .provenance import warn_if_environment_differs
 from .summary import write_summary
@@ -45,6 +47,12 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     """Atomic local saves (temp file, flush, fsync, rename); remote paths are left to fsspec."""
 
     _preloaded: tuple[Path, dict[str, Any]] | None = None
+    _module: torch.nn.Module | None = None  # rebuilds the weights a checkpoint left out
+
+    def rebuild_left_out_with(self, module: torch.nn.Module) -> None:
+        """Loads take the frozen weights a checkpoint left out (left_out.py) from `module`,
+        the model the command built from its config."""
+        self._module = module
 
     def preload(self, path: str | Path, checkpoint: dict[str, Any]) -> None:
         """Give `checkpoint`, read from `path` already, to the next load instead of the file.
@@ -59,6 +67,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         a preloaded checkpoint is not pickled into it (a copy per process)."""
         state = self.__dict__.copy()
         state.pop("_preloaded", None)
+        state.pop("_module", None)
         return state
 
     def save_checkpoint(
@@ -101,6 +110,14 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         else:
             checkpoint = load_checkpoint(Path(path))
         warn_if_environment_differs(checkpoint.get("provenance"), path)
+        if left_out_names(checkpoint):
+            if self._module is None:
+                raise Refusal(
+                    f"{path} was saved without its frozen weights (LeaveOutFrozenWeights) and "
+                    "this load has no model to rebuild them from; load it through the "
+                    "project's commands (`--ckpt_path`, `export`), which build the model first."
+                )
+            restore_left_out(checkpoint, self._module, Path(path))
         return checkpoint
 
 

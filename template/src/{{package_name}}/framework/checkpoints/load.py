@@ -18,6 +18,7 @@ import torch
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 from ..platform.refusal import Refusal
+from .left_out import left_out_names
 
 SHARD_INDEX = ".metadata"  # torch distributed checkpoint's index in a folder of shards
 RUN_STATE = "meta.pt"  # Lightning's file for the rest (counters, callbacks, hyperparameters)
@@ -99,7 +100,8 @@ def check_weights_fit(model: torch.nn.Module, checkpoint: dict[str, Any], path: 
     """
     expected, saved = model.state_dict(), checkpoint["state_dict"]
     strict = getattr(model, "strict_loading", True)
-    missing = [key for key in expected if key not in saved] if strict else []
+    rebuilt = left_out_names(checkpoint)  # put back from `model` when loaded (left_out.py)
+    missing = [key for key in expected if key not in saved and key not in rebuilt] if strict else []
     unexpected = [key for key in saved if key not in expected] if strict else []
     reshaped = [
         f"{key} {tuple(saved[key].shape)} in the checkpoint, {tuple(tensor.shape)} here"

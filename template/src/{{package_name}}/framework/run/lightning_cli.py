@@ -35,6 +35,7 @@ from lightning.pytorch.utilities.model_helpers import is_overridden
 
 from ..callbacks.finetune import InitFromWeights
 from ..callbacks.predictions import PredictionWriter
+from ..checkpoints.checkpoint_io import AtomicCheckpointIO
 from ..checkpoints.load import check_weights_file, check_weights_fit
 from ..checkpoints.provenance import CheckpointProvenance
 from ..platform.bad_input import refuse_bad_input
@@ -412,12 +413,16 @@ class ProjectCLI(LightningCLI):
 
     def _check_and_hand_over(self) -> None:
         """Names and shapes of the checkpoint's weights against the model's, before loading;
-        then the checkpoint goes to the Trainer's load (RunPlan.hand_to).
+        then the checkpoint goes to the Trainer's load (RunPlan.hand_to). Every load of this
+        command may rebuild left-out frozen weights from the model (left_out.py).
 
         Skipped for a module that builds layers in `configure_model` (they do not exist
         yet) and for anything but a checkpoint file (a sharded folder, a missing path:
         Lightning reports those).
         """
+        io = self.trainer.strategy.checkpoint_io
+        if isinstance(io, AtomicCheckpointIO):  # any load: --ckpt_path, the test after fit
+            io.rebuild_left_out_with(self.model)
         plan = self._plan
         if plan is None:
             return

@@ -10,6 +10,10 @@ twice it). The max abs difference of each against eager is printed; the command 
 non-zero above `--tolerance` + `--rtol` x the largest eager output magnitude (per output).
 A sample input whose floating-point values are all equal gets a note: it checks little.
 
+A module that trains `peft` adapters also gets the merged model (`<stem>-merged`) and the
+adapters alone (`<stem>-adapters/`, what `PeftModel.from_pretrained` loads), each read
+back and checked the same way (export_adapters.py).
+
 ONNX that cannot be made (or checked) is one paragraph after the weights' line and exits
 1, the safetensors file written and checked all the same; `--no-onnx` writes only the
 weights (and needs no sample input: without one, the reloaded tensors are compared).
@@ -46,6 +50,7 @@ from lightning.pytorch.cli import instantiate_module
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
 from ..checkpoints.consolidate import gathered_copy
+from ..checkpoints.left_out import restore_left_out
 from ..checkpoints.load import is_sharded, load_checkpoint
 from ..checkpoints.trusted_classes import (
     DATA_SECTIONS,
@@ -58,6 +63,7 @@ from ..checkpoints.trusted_classes import (
 from ..platform.paths import DEFAULT_CONFIG, project_path
 from ..platform.refusal import Refusal
 from ..run.checkpoint_hparams import recorded_arguments
+from .export_adapters import adapter_exports
 
 
 def rebuild(
@@ -94,6 +100,7 @@ def rebuild(
     if is_overridden("configure_model", model):
         model.configure_model()
     model.on_load_checkpoint(checkpoint)
+    restore_left_out(checkpoint, model, path)  # frozen weights the checkpoint left out
     model.load_state_dict(checkpoint["state_dict"], strict=model.strict_loading)
     datamodule = None
     data = checkpoint.get(DATA_SECTIONS[0]) or {}
@@ -411,11 +418,14 @@ def export(argv: Sequence[str]) -> int:
 
     reloaded = copy.deepcopy(model)
     load_model(reloaded, weights_path)
+    adapters = adapter_exports(model, output, path.stem)  # none unless it trains peft adapters
     try:
         inputs = sample_inputs(model, datamodule)
     except Refusal as refusal:
         same = _same_weights(model, reloaded)
         print(f"{weights_path}  reloaded weights {'identical' if same else 'DIFFER'}")
+        for written in adapters:
+            print(f"{written.path}  written, not checked (no sample input)")
         if not args.onnx:
             return 0 if same else 1
         raise Refusal(
@@ -428,6 +438,10 @@ def export(argv: Sequence[str]) -> int:
         expected = inputs.call(model)
         expected_doubled = None if doubled is None else doubled.call(model)
         results = {weights_path: parity(inputs.call(reloaded), expected, args.tolerance, args.rtol)}
+        for written in adapters:
+            results[written.path] = parity(
+                inputs.call(written.module), expected, args.tolerance, args.rtol
+            )
     onnx_failure = None
     if args.onnx:
         onnx_path = output / f"{path.stem}.onnx"
