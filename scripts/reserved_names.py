@@ -52,8 +52,12 @@ HEADER = """\
 # Written by scripts/reserved_names.py, which says how each is found; names are only added.
 """
 # Installed by the CUDA builds of torch that PyPI serves on Linux, which the CPU build in
-# this environment does not declare.
-CUDA_TORCH = {"triton": "triton", "nvidia": "nvidia-cuda-runtime-cu12"}
+# this environment does not declare, so the closure walked here never meets them; `--check`
+# on a machine with a CUDA build does. Read from the wheels of torch 2.14.1's (cu13) Linux
+# requirements and of the cu12 builds before it: every nvidia-* wheel (cuda-toolkit's
+# extras, cudnn, nccl, nvshmem, cusparselt) installs into `nvidia`; cuda-bindings and
+# cuda-pathfinder into `cuda`; triton into `triton`; cuda-toolkit installs no module.
+CUDA_TORCH = {"triton": "triton", "nvidia": "nvidia-cuda-runtime-cu12", "cuda": "cuda-bindings"}
 EVERY_VENV = [Requirement("pip")]  # `python -m pip` in the project's environment
 
 

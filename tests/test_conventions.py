@@ -5,6 +5,7 @@ zizmor, the template-update script against a throwaway tagged template, and the 
 own release.sh and venv.sh (the latter with a fake python, not a real install).
 """
 
+import json
 import os
 import re
 import subprocess
@@ -13,7 +14,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from nox.project import load_toml  # tomllib is 3.11+, the suite runs on 3.10 too
+from nox.project import load_toml
+from packaging.requirements import Requirement  # tomllib is 3.11+, the suite runs on 3.10 too
 
 from conftest import REPO
 from scaffold import GIT_IDENTITY, git, snapshot_template
@@ -105,6 +107,40 @@ def test_nox_lists_the_sessions_ci_runs(rendered, answers):
     assert (project / "noxfile.py").stat().st_mode & 0o100  # `./noxfile.py` runs it (uv)
     noxfile = (project / "noxfile.py").read_text()
     assert ("zizmor" in noxfile) == (answers == "defaults")  # only where there are workflows
+
+
+def test_ci_runs_the_contract_on_the_lowest_version_each_bound_allows(rendered):
+    # Lightning 2.5 was allowed while model.py called a 2.6.1 API: a bound is checked only
+    # where something installs it. The pins come from pyproject.toml, so a bound raised
+    # there moves the job with it.
+    project = rendered("all_loggers")
+    assert "- lowest ->" in passes(project, sys.executable, "-m", "nox", "-l")
+    workflow = yaml.safe_load((project / ".github" / "workflows" / "ci.yml").read_text())
+    steps = workflow["jobs"]["lowest"]["steps"]
+    assert any(step.get("run") == "python -m nox -s lowest" for step in steps), steps
+    oldest = pyproject(project)["project"]["requires-python"].removeprefix(">=")
+    setup = [step for step in steps if step.get("uses", "").startswith("actions/setup-python@")]
+    assert [step["with"]["python-version"] for step in setup] == [oldest]
+    read = (
+        "import json, runpy; print(json.dumps(runpy.run_path('noxfile.py')['lowest_versions']()))"
+    )
+    pins = {
+        Requirement(pin).name: Requirement(pin)
+        for pin in json.loads(passes(project, sys.executable, "-c", read))
+    }
+    config = pyproject(project)
+    wanted = [*config["project"]["dependencies"], *flattened(config["dependency-groups"], "test")]
+    for extra in ("export", "sweep", "parquet"):
+        wanted += config["project"]["optional-dependencies"][extra]
+    for requirement in map(Requirement, wanted):
+        if requirement.name == "torch":  # the environment's own build is kept
+            assert "torch" not in pins
+            continue
+        pin = pins.pop(requirement.name)
+        (specifier,) = pin.specifier
+        assert specifier.operator == "==" and requirement.specifier.contains(specifier.version)
+        assert f">={specifier.version}" in str(requirement.specifier), (pin, requirement)
+    assert not pins, f"pinned but not asked for: {pins}"
 
 
 def test_the_docs_site_builds_strictly_from_the_projects_own_files(rendered, tmp_path):
@@ -442,32 +478,54 @@ case "$*" in
   "-m pip config list")  # a long list: more than a pipe holds after the match
     [ -n "$PIP_INDEX_URL" ] && echo ":env:.index-url='$PIP_INDEX_URL'"
     seq -f "global.setting-%g='x'" 50000 ;;
+  "-m pip index versions torch")  # as pip prints it: newest first, CUDA builds unmarked
+    echo "torch (2.14.1)"
+    echo "Available versions: 2.14.1, ${CPU_WHEEL:+$CPU_WHEEL, }2.13.0, 2.12.1" ;;
 esac
 """
+CPU_INDEX = "-m pip install -q torch --index-url https://download.pytorch.org/whl/cpu"
+MIRROR = {"PIP_INDEX_URL": "http://mirror/simple"}
 
 
 @pytest.mark.parametrize(
-    ("env", "says", "torch_install"),
+    ("gpu", "env", "says", "torch_install"),
     [
-        ({"SYSTEM_TORCH": "1"}, "torch: 2.13.0, already installed", None),
+        (False, {"SYSTEM_TORCH": "1"}, "torch: 2.13.0, already installed", None),
         (
-            {"PIP_INDEX_URL": "http://mirror/simple"},
+            False,
+            {**MIRROR, "CPU_WHEEL": "2.13.0+cpu"},
+            "the CPU build 2.13.0+cpu (no NVIDIA GPU here), from the package index pip is",
+            "-m pip install -q torch==2.13.0+cpu",
+        ),
+        (False, MIRROR, "and the package index pip is configured with offers no +cpu", CPU_INDEX),
+        (
+            True,
+            {**MIRROR, "CPU_WHEEL": "2.13.0+cpu"},
             "from the package index pip is configured",
             "-m pip install -q torch",
         ),
-        (
-            {},
-            "the CPU build",
-            "-m pip install -q torch --index-url https://download.pytorch.org/whl/cpu",
-        ),
+        (False, {}, "the CPU build", CPU_INDEX),
+        (True, {}, "the CPU build", CPU_INDEX),
     ],
-    ids=["installed", "configured-index", "nothing-configured"],
+    ids=[
+        "installed",
+        "no-gpu-cpu-wheel-on-the-index",
+        "no-gpu-no-cpu-wheel-on-the-index",
+        "gpu-configured-index",
+        "nothing-configured",
+        "gpu-nothing-configured",
+    ],
 )
-def test_venv_sh_takes_torch_from_what_is_there_first(tmp_path, env, says, torch_install):
+def test_venv_sh_takes_torch_from_what_is_there_first(tmp_path, gpu, env, says, torch_install):
+    # The only GPU venv.sh sees is the fake nvidia-smi; a host's own driver would hide that.
+    if not gpu and (Path("/proc/driver/nvidia").exists() or Path("/usr/bin/nvidia-smi").exists()):
+        pytest.skip("this machine has an NVIDIA driver: venv.sh sees a GPU whatever the test fakes")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "python3").write_text(FAKE_PYTHON)
-    (bin_dir / "python3").chmod(0o755)
+    fakes = {"python3": FAKE_PYTHON, **({"nvidia-smi": "#!/bin/sh\n"} if gpu else {})}
+    for name, text in fakes.items():
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
     log = tmp_path / "log"
     result = run(
         tmp_path,
@@ -481,3 +539,6 @@ def test_venv_sh_takes_torch_from_what_is_there_first(tmp_path, env, says, torch
     installs = [call for call in calls if call.startswith("-m pip install -q torch")]
     assert installs == ([torch_install] if torch_install else [])
     assert ("--system-site-packages" in calls[1]) == ("SYSTEM_TORCH" in env)
+    # PyPI holds no +cpu build: asking it what it offers would only cost a round trip.
+    asked = "-m pip index versions torch" in calls
+    assert asked == ("PIP_INDEX_URL" in env and not gpu and "SYSTEM_TORCH" not in env)

@@ -83,6 +83,10 @@ def test_every_module_the_project_installs_is_a_refused_package_name(rendered):
     lines = (REPO / "includes" / "reserved_names.txt").read_text().splitlines()
     names = {line.split()[0] for line in lines if line.strip() and not line.startswith("#")}
     assert {"optuna", "torchdata", "submitit", "matplotlib", "onnxscript", "json"} <= names
+    # What only the CUDA builds of torch install (triton, the nvidia-* wheels, cuda-bindings):
+    # the check above walks the build installed here, and a project made on a CPU machine
+    # must still refuse them.
+    assert {"triton", "nvidia", "cuda"} <= names
     accepted = [name for name in names if "Pick another" not in validate(name)]
     assert all(not name.islower() or not name.isidentifier() for name in accepted), accepted
 
