@@ -7,7 +7,7 @@ up, so each loader they return, of any kind (DataLoader, StatefulDataLoader, a s
 built with `LoaderOptions` or not), is
 
 - rebuilt, when it is a plain `torch.utils.data.DataLoader` returned for training or
-  validation in a one-process run, as the equivalent torchdata `StatefulDataLoader`
+  validation in a one-process `fit`, as the equivalent torchdata `StatefulDataLoader`
   (loaders.as_stateful), so a run killed mid-epoch resumes exactly where it stopped
   (resume.py); said once in the log (several processes: Lightning's DistributedSampler
   orders each epoch, and an epoch boundary resumes exactly);
@@ -96,9 +96,11 @@ class Watched:
         # Several processes: Lightning rebuilds the loader around its DistributedSampler,
         # which orders each epoch from its seed and epoch (an epoch boundary resumes
         # exactly); a rebuilt StatefulDataLoader would fast-forward that sampler before
-        # Lightning sets its epoch. So only a one-process run gets the rebuild.
+        # Lightning sets its epoch. So only a one-process run gets the rebuild, and only
+        # a fit: `validate` alone has no position to resume (nor anything to say about it).
         trainer = _trainer(self.owner)
-        if self.hook in FIT_HOOKS and (trainer is None or trainer.world_size == 1):
+        fitting = trainer is None or (trainer.world_size == 1 and trainer.state.fn == "fit")
+        if self.hook in FIT_HOOKS and fitting:
             loaders = _replace_plain(loaders, rebuilt)
         rank = trainer.global_rank if trainer is not None else 0  # what workers are seeded with
         for loader in _each(loaders):
