@@ -36,6 +36,7 @@ from typing import Any
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+from ..platform.paths import FILE_MODE
 from ..platform.refusal import Refusal
 from .left_out import left_out_names, restore_left_out
 from .load import load_checkpoint
@@ -84,7 +85,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".save.{_owner()}.", suffix=".partial")
         try:
             if hasattr(os, "fchmod"):  # POSIX; Windows files have no mode bits to set
-                os.fchmod(fd, 0o666 & ~_UMASK)
+                os.fchmod(fd, FILE_MODE)
             with os.fdopen(fd, "wb") as handle:
                 torch.save(checkpoint, handle)
                 handle.flush()
@@ -97,7 +98,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             raise
         _fsync_directory(path.parent)
         with contextlib.suppress(OSError):  # saved; a stale summary no longer matches it
-            write_summary(checkpoint, path, 0o666 & ~_UMASK)
+            write_summary(checkpoint, path)
 
     def load_checkpoint(
         self, path: str | Path, map_location: Any = None, weights_only: bool | None = None
@@ -146,15 +147,6 @@ def _no_space(path: Path) -> str:
         "(old runs, or fewer kept checkpoints: `--checkpoint.save_top_k`), then resume with "
         "`--ckpt_path last` in the same run folder."
     )
-
-
-def _read_umask() -> int:
-    mask = os.umask(0o022)  # reading the umask means setting it; put it straight back
-    os.umask(mask)
-    return mask
-
-
-_UMASK = _read_umask()
 
 
 def _owner() -> str:

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 import yaml
 
+from ..platform.paths import FILE_MODE
 from ..platform.yaml_guard import UnsafeYaml, load_yaml
 
 SUMMARY = ".summary.json"
@@ -33,9 +34,8 @@ SUMMARIZED = ("epoch", "global_step", "callbacks", "provenance")  # what `compar
 CONFIG = "config"  # the provenance's recorded config, parsed
 
 
-def write_summary(checkpoint: dict[str, Any], path: Path, mode: int) -> None:
-    """Record the summarized parts of `checkpoint`, just saved at `path`, beside it, as a
-    file of permissions `mode` (those of the checkpoint).
+def write_summary(checkpoint: dict[str, Any], path: Path) -> None:
+    """Record the summarized parts of `checkpoint`, just saved at `path`, beside it.
 
     Written to a temporary file and renamed, so a reader sees a whole summary or none; not
     fsynced: a summary lost to a power cut only makes the next read take the checkpoint.
@@ -53,7 +53,7 @@ def write_summary(checkpoint: dict[str, Any], path: Path, mode: int) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".summary.", suffix=".partial")
     try:
         if hasattr(os, "fchmod"):  # POSIX; Windows files have no mode bits to set
-            os.fchmod(fd, mode)
+            os.fchmod(fd, FILE_MODE)  # as the checkpoint: the umask's
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             json.dump(record, handle)
         os.replace(tmp, path.parent / SUMMARY)

@@ -7,6 +7,7 @@ run from `src/` or `tests/` writes to the same `runs/` as from the root. Inside 
 root, `RunLayout` names where each output goes.
 """
 
+import os
 from pathlib import Path
 
 PROJECT_ROOT = Path(__file__).resolve().parents[4]  # <root>/src/<package>/framework/platform/
@@ -63,3 +64,15 @@ def unused_name(folder: Path, stem: str, suffix: str) -> str:
         n += 1
         name = f"{stem}-{n}"
     return name
+
+
+def _read_umask() -> int:
+    mask = os.umask(0o022)  # reading the umask means setting it; put it straight back
+    os.umask(mask)
+    return mask
+
+
+# The permissions any file this process creates gets (the umask): given to the files that
+# a writer makes through a temporary file of owner-only 0600 (checkpoints, their summary,
+# exported weights), so they read like the run's logs.
+FILE_MODE = 0o666 & ~_read_umask()
