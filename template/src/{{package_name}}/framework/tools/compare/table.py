@@ -21,6 +21,10 @@ from typing import Any
 from ...run.run_record import RunRecord
 
 NOT_SETTINGS = {"ckpt_path"}
+# A logger's version (CSV, TensorBoard), id (wandb) or run_id (MLflow) names where a run
+# logged, as its folder does: a resumed run records the version it continued, a fresh
+# one none, and they ran the same settings.
+LOGGER_IDENTITY = ("version", "id", "run_id")
 CELL_WIDTH = 40  # characters a table or markdown cell shows; see _cell
 SWEEP_CALLBACK = ".TrialPruning"  # the sweep's reporter: in a trial's config, not a setting
 
@@ -85,11 +89,15 @@ def flat_config(record: RunRecord) -> dict[str, str]:
                 visit(f"{prefix}[{label}]", item)
         else:
             text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-            if prefix not in NOT_SETTINGS and root not in text:
+            if prefix not in NOT_SETTINGS and root not in text and not _logger_identity(prefix):
                 flat[prefix] = text
 
     visit("", record.config)
     return flat
+
+
+def _logger_identity(key: str) -> bool:
+    return key.startswith("trainer.logger") and key.rsplit(".", 1)[-1] in LOGGER_IDENTITY
 
 
 def rows(records: list[RunRecord], base: Path) -> tuple[list[Row], str | None, str]:
