@@ -13,6 +13,8 @@ option as typed on the command line:
     lists what each of its arguments takes.
 
 A message of another shape (an unknown option, a missing file) is returned unchanged.
+The messages read are jsonargparse 4.x's: pyproject.toml bounds it below 5, and the tests
+of these paragraphs (tests/framework/test_bad_input.py) run on the newest 4.x release.
 """
 
 import re
