@@ -6,8 +6,9 @@
 up, so each loader they return, of any kind (DataLoader, StatefulDataLoader, a subclass;
 built with `LoaderOptions` or not), is
 
-- rebuilt, when it is a plain `torch.utils.data.DataLoader` returned for training or
-  validation in a one-process `fit`, as the equivalent torchdata `StatefulDataLoader`
+- rebuilt, when it is a `torch.utils.data.DataLoader` (or a subclass that only sets its
+  arguments, as PyG's does its collate_fn) returned for training or validation in a
+  one-process `fit`, as the equivalent torchdata `StatefulDataLoader`
   (loaders.as_stateful), so a run killed mid-epoch resumes exactly where it stopped
   (resume.py); said once in the log (several processes: Lightning's DistributedSampler
   orders each epoch, and an epoch boundary resumes exactly);
@@ -33,7 +34,7 @@ from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch.utils.data import DataLoader
 
 from ..platform.bad_input import check_loader, refuse_empty_training_set
-from ..platform.loaders import as_stateful, resume_gaps
+from ..platform.loaders import as_stateful, class_name, rebuildable, resume_gaps
 from ..platform.signals import shield_workers
 
 HOOKS = ("train_dataloader", "val_dataloader", "test_dataloader", "predict_dataloader")
@@ -113,9 +114,10 @@ class Watched:
 
     def _tell(self, loaders: Any, rebuilt: list[DataLoader[Any]]) -> None:
         if rebuilt:
+            kinds = sorted({class_name(loader) for loader in rebuilt})
             rank_zero_info(
-                f"{self.hook}(): {len(rebuilt)} torch DataLoader(s) rebuilt as torchdata's "
-                "StatefulDataLoader, same arguments (a generator seeded from the run's seed "
+                f"{self.hook}(): {len(rebuilt)} DataLoader(s) ({', '.join(kinds)}) rebuilt as "
+                "torchdata's StatefulDataLoader, same arguments (a generator seeded from the run's seed "
                 "where none was given), so that a resumed run continues exactly."
             )
         if self.hook != "train_dataloader":
@@ -138,13 +140,14 @@ def _trainer(owner: Any) -> Any:
 
 
 def _replace_plain(loaders: Any, rebuilt: list[DataLoader[Any]]) -> Any:
-    """`loaders` with each plain DataLoader (not a subclass) rebuilt as a StatefulDataLoader."""
+    """`loaders` with each rebuildable DataLoader (torch's, or a subclass that only sets its
+    arguments, such as PyG's) rebuilt as a StatefulDataLoader."""
     if isinstance(loaders, dict):
         return {key: _replace_plain(value, rebuilt) for key, value in loaders.items()}
     if isinstance(loaders, list | tuple):
         items = [_replace_plain(value, rebuilt) for value in loaders]
         return type(loaders)(*items) if hasattr(loaders, "_fields") else type(loaders)(items)
-    if type(loaders) is DataLoader:
+    if rebuildable(loaders):
         rebuilt.append(loaders)
         return as_stateful(loaders)
     return loaders

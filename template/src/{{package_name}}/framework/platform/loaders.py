@@ -171,8 +171,31 @@ def _trains_on_cuda(trainer: L.Trainer | None) -> bool:
     return isinstance(trainer.accelerator, CUDAAccelerator)
 
 
+# How a DataLoader draws its batches; a subclass that keeps all of these as torch's is a
+# DataLoader with other constructor arguments (PyG's sets a collate_fn that makes graph
+# batches), fully described by the attributes as_stateful reads.
+_HOW_IT_ITERATES = ("__iter__", "__len__", "_get_iterator", "_index_sampler", "_auto_collation")
+
+
+def rebuildable(loader: Any) -> bool:
+    """Whether `loader` is torch's DataLoader, or a subclass that only sets its arguments,
+    and so can be rebuilt as a StatefulDataLoader that draws the same batches."""
+    kind = type(loader)
+    return (
+        isinstance(loader, DataLoader)
+        and not isinstance(loader, StatefulDataLoader)
+        and all(getattr(kind, name) is getattr(DataLoader, name) for name in _HOW_IT_ITERATES)
+    )
+
+
+def class_name(loader: Any) -> str:
+    """`torch_geometric.loader.dataloader.DataLoader`: whose DataLoader, not just its name."""
+    return f"{type(loader).__module__}.{type(loader).__qualname__}"
+
+
 def as_stateful(loader: DataLoader[Any]) -> StatefulDataLoader[Any]:
-    """`loader`, a plain DataLoader, rebuilt as torchdata's StatefulDataLoader.
+    """`loader`, a rebuildable DataLoader (rebuildable()), rebuilt as torchdata's
+    StatefulDataLoader.
 
     Same dataset, batches (batch_size and drop_last, or its batch_sampler), collate_fn,
     workers (count, worker_init_fn, multiprocessing context, prefetching, persistence),
@@ -243,12 +266,14 @@ def resume_gaps(loader: Any) -> list[str]:
     a fixed order (SequentialSampler). Read from the built loader, before the first batch,
     so a run names what it could not replay when it starts, not after a resume.
     """
-    name = type(loader).__name__
+    name = class_name(loader)
     if not _has_state(loader):
         return [
-            f"the train loader, a {name}, cannot save its position in the epoch: build it "
-            "as torchdata's `StatefulDataLoader` (same arguments as DataLoader; a plain "
-            "`torch.utils.data.DataLoader` is rebuilt as one for you, a subclass is not)"
+            f"the train loader, a {name}, cannot save its position in the epoch, nor "
+            "replay its shuffle: build it as torchdata's `StatefulDataLoader` (same "
+            "arguments as DataLoader; torch's DataLoader, and a subclass that only sets "
+            "its arguments such as PyG's, are rebuilt as one for you; this one changes how "
+            "it iterates)"
         ]
     dataset = getattr(loader, "dataset", None)
     if isinstance(dataset, IterableDataset):
