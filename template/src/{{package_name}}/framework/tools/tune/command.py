@@ -24,6 +24,7 @@ the reasons it was chosen as comments.
 import argparse
 import inspect
 import itertools
+import shlex
 import sys
 import tempfile
 import textwrap
@@ -88,7 +89,7 @@ def tune(argv: Sequence[str]) -> int:
     args, fit_options = parser.parse_known_args(argv)
     _refuse_bad_arguments(parser, args)
     with tempfile.TemporaryDirectory(prefix="tune-") as scratch:
-        return _tune(args, [*fit_options, *_QUIET], Path(scratch))
+        return _tune(args, fit_options, Path(scratch))
 
 
 def _refuse_bad_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -131,7 +132,8 @@ def _say(message: str) -> None:
     print(f"[tune] {message}", file=sys.stderr, flush=True)
 
 
-def _tune(args: argparse.Namespace, options: list[str], scratch: Path) -> int:
+def _tune(args: argparse.Namespace, fit_options: list[str], scratch: Path) -> int:
+    options = [*fit_options, *_QUIET]
     roots = (scratch / f"fit-{n}" for n in itertools.count())
     output = project_path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -182,8 +184,10 @@ def _tune(args: argparse.Namespace, options: list[str], scratch: Path) -> int:
     if args.compile and compile_rates.get("on", 0) > compile_rates.get("off", 0):
         header += "# torch.compile was faster: also stack configs/presets/compile.yaml.\n"
     output.write_text(header + commented_yaml(entries))
+    # The same options again (a model, an --experiment): the file holds values, not classes.
+    fit = shlex.join(["fit", *fit_options, "--config", str(args.output)])
     print(
-        f"\nwrote {output}: train with `fit --config {args.output}`. The batch size is per "
+        f"\nwrote {output}: train with `{fit}`. The batch size is per "
         "device: under DDP (configs/presets/ddp.yaml) each of N devices takes this batch, so "
         "the global batch is N times larger; keep it, and scale the learning rate with the "
         "lr_scaling callback, or divide it by N to keep this run's optimisation."
