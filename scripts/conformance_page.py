@@ -27,10 +27,11 @@ do not edit by hand: rerun it.
 
 A generated project's training, resume after kills and signals, presets (compile, bf16,
 DDP, FSDP2) and tools (export, tune, predict), each a row below, on architectures users
-bring from Hugging Face transformers. Each is wrapped the way a user would: a few lines of
-LightningModule with `example_input_array` set, and a DataModule of its own (torchdata's
-`StatefulDataLoader`, shuffling on, a few dozen samples made in memory that the model
-learns). The models are built from transformers' config classes: nothing is downloaded.
+bring: Hugging Face transformers, peft, torch_geometric and MONAI models. Each is wrapped
+the way a user would: a few lines of LightningModule with `example_input_array` set, and a
+DataModule of its own (shuffling on, a few dozen samples made in memory that the model
+learns; torchdata's `StatefulDataLoader` unless said otherwise). Nothing is downloaded:
+transformers models are built from their config classes.
 
 - **ResNet**: `ResNetForImageClassification(ResNetConfig(embedding_size=8, hidden_sizes=[8, 16],
   depths=[1, 1], num_labels=4))`: BatchNorm buffers, in-place activations;
@@ -38,12 +39,28 @@ learns). The models are built from transformers' config classes: nothing is down
   num_attention_heads=2, intermediate_size=64, image_size=16, patch_size=4, num_labels=4,
   hidden_dropout_prob=0.1))`: random numbers drawn at every step;
 - **GPT-2**: `GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=100,
-  n_positions=32))`: tied input/output embeddings, dict batches with an attention mask.
+  n_positions=32))`: tied input/output embeddings, dict batches with an attention mask;
+- **BERT on a plain DataLoader**: `BertForSequenceClassification(BertConfig(hidden_size=32,
+  num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, num_labels=2))` whose
+  DataModule returns `torch.utils.data.DataLoader(ds, batch_size=8, shuffle=True,
+  num_workers=N)`, no generator: the framework rebuilds it as a `StatefulDataLoader` in a
+  one-process run; under DDP and FSDP2 Lightning's `DistributedSampler` orders each epoch;
+- **GAN (manual optimization)**: two MLPs on 2-D points, `automatic_optimization = False`,
+  two optimizers and two `manual_backward` per batch: the global step counts 2 per batch
+  (its cells expect twice the steps), and a backward pass reaches half of the parameters;
+- **LoRA (peft) on Llama**: `get_peft_model(LlamaForCausalLM(LlamaConfig(hidden_size=32,
+  num_hidden_layers=2, ...)), LoraConfig(r=8, target_modules=[q, k, v, o, up, down]))`:
+  the base frozen, only the adapters trained; `export` writes the full, unmerged state_dict;
+- **GIN (torch_geometric)**: two `GINConv` layers and `global_add_pool` on PyG `Batch`
+  objects from PyG's own `DataLoader` (rings against stars); exported with the dict example
+  `{x, edge_index, batch}`, which has no shared batch dimension;
+- **3-D UNet (MONAI)**: `UNet(spatial_dims=3, channels=(4, 8, 16), strides=(2, 2),
+  num_res_units=1)` segmenting a box in 16^3 volumes.
 
 The user files are in the template repository's `tests/conformance/`, the cells in
 `tests/test_conformance.py`. Each cell must work, or be refused before any work in one
 paragraph naming the cause and the fix (and then only where the suite records that
-reason). Each run is 2 epochs of 6 steps (batches of 8), a checkpoint every 3 steps, on CPU.
+reason). Each run is 2 epochs of 6 batches of 8, a checkpoint every 3 global steps, on CPU.
 "Bit-identical" means `torch.equal` on every weight, buffer, optimizer and scheduler tensor
 against one uninterrupted run with the same seed.
 

@@ -1,22 +1,31 @@
 """The conformance matrix: every preset and tool of a generated project, on real architectures.
 
-A project is rendered once ("Conformance Probe") and given three models a user might bring,
+A project is rendered once ("Conformance Probe") and given the models a user might bring,
 each wrapped in a few lines of LightningModule with `example_input_array` set, each with a
-DataModule of its own (torchdata's StatefulDataLoader, shuffling on, a small dataset made in
-memory that the model learns): tests/conformance/ holds these user files and their configs.
+DataModule of its own (shuffling on, a small dataset made in memory that the model learns;
+torchdata's StatefulDataLoader unless said otherwise): tests/conformance/ holds these user
+files and their configs.
 
 - `resnet`: transformers' ResNetForImageClassification (BatchNorm buffers, in-place ops);
 - `vit`: ViTForImageClassification with dropout (random numbers drawn at every step);
-- `gpt2`: GPT2LMHeadModel (tied input/output embeddings, dict batches with an attention mask).
+- `gpt2`: GPT2LMHeadModel (tied input/output embeddings, dict batches with an attention mask);
+- `plain`: BertForSequenceClassification on a plain `torch.utils.data.DataLoader` (no
+  generator, no LoaderOptions: the framework rebuilds it for an exact resume);
+- `gan`: manual optimization, two optimizers, two `manual_backward` per batch (two
+  optimizer steps per batch: OPTIMIZER_STEPS_PER_BATCH scales the steps cells expect);
+- `peft`: peft's LoRA adapters on LlamaForCausalLM, the base frozen;
+- `graph`: torch_geometric's GIN on PyG `Batch` objects from PyG's own DataLoader;
+- `monai3d`: MONAI's 3-D UNet on 16^3 volumes (per-voxel segmentation).
 
-Models are built from transformers' config classes: nothing is downloaded. Each cell of
+Models are built from config classes or in code: nothing is downloaded. Each cell of
 ARCHS x CELLS is one test (`test_cell[gpt2-fit]`): it must work, or be refused before any
 work in one paragraph naming cause and fix, and then only where EXPECTED_REFUSALS records
 that reason. Failures are reported as failures, never hidden.
 
 Which cells run:
 - `bash scripts/test.sh` (the CI): the fast subset, FAST: every cell on GPT-2, fit and one
-  resume on ResNet and ViT; the other cells are skipped, naming the command below;
+  resume on ResNet and ViT, and on each later architecture the one or two cells that prove
+  its own risk; the other cells are skipped, naming the command below;
 - `bash scripts/test.sh -m conformance`: the whole matrix (and nothing else);
 - `bash scripts/test.sh tests/test_conformance.py -k gpt2-compile`: one cell.
 
@@ -49,11 +58,16 @@ RESULTS = REPO / ".pytest_cache" / "conformance-results.json"
 PAGE = REPO / "docs" / "conformance.md"
 FULL_MATRIX = "bash scripts/test.sh -m conformance"
 
-# architecture -> (label in the docs, its user module in tests/conformance/)
+# architecture (its user module and config in tests/conformance/) -> label in the docs
 ARCHS = {
     "resnet": "ResNet (transformers)",
     "vit": "ViT with dropout (transformers)",
     "gpt2": "GPT-2 (transformers)",
+    "plain": "BERT on a plain DataLoader",
+    "gan": "GAN (manual optimization)",
+    "peft": "LoRA (peft) on Llama",
+    "graph": "GIN (torch_geometric)",
+    "monai3d": "3-D UNet (MONAI)",
 }
 # cell -> what it proves (shown in the docs)
 CELLS = {
@@ -75,23 +89,47 @@ CELLS = {
     "processes, its sharded checkpoint consolidates to every weight of the model",
     "fsdp2-resume": "resume the FSDP2 run from its first epoch's sharded checkpoint folder: "
     "weights and optimizer state bit-identical to the uninterrupted FSDP2 run",
-    "export": "`export CKPT`: ONNX and safetensors, each within tolerance of the eager model",
+    "export": "`export CKPT`: ONNX and safetensors (for a peft model also the merged model "
+    "and the adapters peft loads), each within tolerance of the eager model",
     "tune": "`tune`: batch size, workers and precision measured; writes a config",
     "predict": "`predict --ckpt_path last`: one prediction per sample, written to the run",
     "doctor": "`doctor --try --config configs/presets/compile.yaml` on the model's config: "
     "every check passes and so does the trial (2 steps of fit), as the compile cell does",
 }
-FAST = {("gpt2", cell) for cell in CELLS} | {
-    (arch, cell) for arch in ("resnet", "vit") for cell in ("fit", "kill9-mid-epoch-w0")
+FAST = {
+    *(("gpt2", cell) for cell in CELLS),
+    *((arch, cell) for arch in ("resnet", "vit") for cell in ("fit", "kill9-mid-epoch-w0")),
+    # each later architecture: the cells that prove what it alone brings
+    ("plain", "kill9-mid-epoch-w0"),  # the plain loader rebuilt: an exact resume
+    ("plain", "kill9-mid-epoch-w2"),  # ... with workers
+    ("gan", "fit"),  # manual optimization: two optimizer steps per batch
+    ("gan", "ddp"),  # a backward pass that reaches half of the parameters
+    ("peft", "fit"),  # a frozen base: only the adapters in the optimizer
+    ("peft", "export"),  # ONNX, and the merged model and adapters peft loads
+    ("graph", "fit"),  # PyG Batch objects through every callback
+    ("graph", "tune"),  # batch size and workers measured on PyG's own loader
+    ("graph", "kill9-mid-epoch-w0"),  # PyG's DataLoader (a subclass) rebuilt: exact resume
+    ("monai3d", "fit"),  # 3-D convolutions, a per-voxel loss
 }
 # (arch, cell) -> a phrase of the one-paragraph refusal that cell is expected to end in,
 # with the reason it is accepted. Empty: every cell must work.
 EXPECTED_REFUSALS: dict[tuple[str, str], str] = {}
 
-EPOCHS, STEPS_PER_EPOCH = 2, 6  # 48 training samples, batches of 8
-STEPS = EPOCHS * STEPS_PER_EPOCH
-# kill point -> (PauseAt point, global step it waits at, global step of the last.ckpt left)
+EPOCHS, BATCHES_PER_EPOCH = 2, 6  # 48 training samples, batches of 8
+# kill point -> (PauseAt point, batches done when it waits, batches in the last.ckpt left)
 KILLS = {"mid-epoch": ("train_batch", 4, 3), "epoch-boundary": ("epoch_start", 6, 6)}
+# Lightning's global step counts optimizer steps: a manual-optimization module that steps
+# two optimizers per batch advances it by 2 per batch (its checkpoints every 3 steps then
+# fall on every third batch as well: 6, 12, ...).
+OPTIMIZER_STEPS_PER_BATCH = {"gan": 2}
+ADAPTERS = {"peft"}  # architectures training peft adapters: export writes more for them
+
+
+def steps(arch: str, batches: int = EPOCHS * BATCHES_PER_EPOCH) -> int:
+    """The global step `arch` reaches after `batches` training batches (all of them: a fit)."""
+    return batches * OPTIMIZER_STEPS_PER_BATCH.get(arch, 1)
+
+
 EXIT_CODES = {"SIGKILL": -signal.SIGKILL, "SIGTERM": 143}
 
 
@@ -355,8 +393,8 @@ def count_differing(a: object, b: object) -> str:
 def cell_fit(m: Matrix, arch: str, scratch: Path) -> None:
     root = m.reference(arch, 0)
     state = last_checkpoint(root)
-    if state["global_step"] != STEPS:
-        raise CellFailed(f"trained {state['global_step']} steps, not {STEPS}")
+    if state["global_step"] != steps(arch):
+        raise CellFailed(f"trained {state['global_step']} steps, not {steps(arch)}")
     scores = {}  # epoch -> val_loss, from the best-checkpoint callback's state
     for key, callback in state["callbacks"].items():
         if "'monitor': 'val_loss'" in key:
@@ -373,14 +411,15 @@ def cell_fit(m: Matrix, arch: str, scratch: Path) -> None:
 def resume_after_signal(
     m: Matrix, arch: str, scratch: Path, kill: str, sig: str, workers: int
 ) -> None:
-    point, step, saved_step = KILLS[kill]
+    point, batches, saved_batches = KILLS[kill]
+    step, saved_step = steps(arch, batches), steps(arch, saved_batches)
     root = scratch / "run"
     args = [*m.fit_args(arch, root, workers), "--test_after_fit=false"]
     m.signalled(args, point, step, sig, scratch / "marker")
     saved = last_checkpoint(root)["global_step"]
     if sig == "SIGKILL" and saved != saved_step:
         raise CellFailed(f"the last.ckpt a kill at step {step} leaves is of step {saved}")
-    if sig == "SIGTERM" and not step <= saved < STEPS:
+    if sig == "SIGTERM" and not step <= saved < steps(arch):
         raise CellFailed(f"SIGTERM at step {step} left a last.ckpt of step {saved}")
     m.in_process(*args, "--ckpt_path=last")
     reference = last_checkpoint(m.reference(arch, workers))
@@ -405,16 +444,16 @@ def cell_compile(m: Matrix, arch: str, scratch: Path) -> None:
     compiled_keys = [key for key in state["state_dict"] if "_orig_mod." in key]
     if compiled_keys:
         raise CellFailed(f"the checkpoint holds compiled keys, e.g. {compiled_keys[0]}")
-    if state["global_step"] != STEPS:
-        raise CellFailed(f"trained {state['global_step']} steps, not {STEPS}")
+    if state["global_step"] != steps(arch):
+        raise CellFailed(f"trained {state['global_step']} steps, not {steps(arch)}")
 
 
 def cell_bf16(m: Matrix, arch: str, scratch: Path) -> None:
     root = scratch / "run"
     m.in_process(*m.fit_args(arch, root, 0, "bf16"), "--test_after_fit=false")
     state = last_checkpoint(root)
-    if state["global_step"] != STEPS:
-        raise CellFailed(f"trained {state['global_step']} steps, not {STEPS}")
+    if state["global_step"] != steps(arch):
+        raise CellFailed(f"trained {state['global_step']} steps, not {steps(arch)}")
     for name, tensor in state["state_dict"].items():
         if tensor.is_floating_point() and not torch.isfinite(tensor).all():
             raise CellFailed(f"a non-finite weight after bf16 training: {name}")
@@ -423,9 +462,9 @@ def cell_bf16(m: Matrix, arch: str, scratch: Path) -> None:
 def cell_ddp(m: Matrix, arch: str, scratch: Path) -> None:
     root = scratch / "run"
     m.command(*m.fit_args(arch, root, 0, "ddp"), "--trainer.devices=2", "--test_after_fit=false")
-    steps = last_checkpoint(root)["global_step"]
-    if steps != STEPS // 2:  # each process sees half of each epoch
-        raise CellFailed(f"trained {steps} steps on 2 processes, not {STEPS // 2}")
+    trained, half = last_checkpoint(root)["global_step"], steps(arch) // 2
+    if trained != half:  # each process sees half of each epoch
+        raise CellFailed(f"trained {trained} steps on 2 processes, not {half}")
 
 
 def full_state(folder: Path, scratch: Path) -> dict:
@@ -446,8 +485,8 @@ def cell_fsdp2(m: Matrix, arch: str, scratch: Path) -> None:
     consolidated = torch.load(
         root / "checkpoints" / "consolidated" / "last.ckpt", map_location="cpu", weights_only=True
     )
-    if consolidated["global_step"] != STEPS // 2:
-        raise CellFailed(f"trained {consolidated['global_step']} steps, not {STEPS // 2}")
+    if consolidated["global_step"] != steps(arch) // 2:
+        raise CellFailed(f"trained {consolidated['global_step']} steps, not {steps(arch) // 2}")
     single = last_checkpoint(m.reference(arch, 0))["state_dict"]
     missing = sorted(single.keys() - consolidated["state_dict"].keys())
     if missing:
@@ -481,8 +520,15 @@ def cell_export(m: Matrix, arch: str, scratch: Path) -> None:
     written = {path.suffix for path in scratch.iterdir()}
     if not {".onnx", ".safetensors"} <= written:
         raise CellFailed(f"export wrote {sorted(written)}, not .onnx and .safetensors")
-    if output.count(" ok") < 2:
-        raise CellFailed(f"the parity check did not pass for both files: {output[-500:]}")
+    # A peft module also gets its merged model and its adapters alone, each checked too.
+    expected = ["last.safetensors", "last.onnx"]
+    if arch in ADAPTERS:
+        expected += ["last-merged", "last-adapters"]
+        if not (scratch / "last-adapters" / "adapter_model.safetensors").is_file():
+            raise CellFailed(f"export wrote no adapters peft loads: {sorted(os.listdir(scratch))}")
+    unchecked = [name for name in expected if f"{scratch / name}  max abs diff" not in output]
+    if unchecked or output.count(" ok") < len(expected):
+        raise CellFailed(f"the parity check did not pass for {unchecked}: {output[-500:]}")
 
 
 def cell_tune(m: Matrix, arch: str, scratch: Path) -> None:
@@ -547,7 +593,7 @@ def matrix(template, tmp_path_factory, request):
         {"project_name": "Conformance Probe"},
     )
     package = package_name(project)
-    for name in ("resnet", "vit", "gpt2", "kill_points"):
+    for name in (*ARCHS, "kill_points"):
         text = (USER_FILES / f"{name}.py").read_text().replace("PACKAGE", package)
         (project / "src" / package / f"{name}.py").write_text(text)
     configs = project / "configs" / "conformance"
@@ -566,7 +612,7 @@ def matrix(template, tmp_path_factory, request):
         yaml.safe_dump({"trainer": {"callbacks": callbacks}})
     )
     git(project, "add", "-A")
-    git(project, "commit", "-q", "--no-verify", "-m", "three real architectures of my own")
+    git(project, "commit", "-q", "--no-verify", "-m", "real architectures of my own")
     install_editable(project)
     sys.path.insert(0, str(project / "src"))
     matrix = Matrix(project, tmp_path_factory.mktemp("cells"))
@@ -592,6 +638,9 @@ def write_results(
     if not results:
         return
     import lightning
+    import monai
+    import peft
+    import torch_geometric
     import transformers
 
     run = {
@@ -606,6 +655,9 @@ def write_results(
             "torch": torch.__version__,
             "lightning": lightning.__version__,
             "transformers": transformers.__version__,
+            "peft": peft.__version__,
+            "torch_geometric": torch_geometric.__version__,
+            "monai": monai.__version__,
         },
         "seconds": round(seconds, 1),
     }
