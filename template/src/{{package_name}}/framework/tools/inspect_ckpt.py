@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from ..checkpoints.left_out import left_out_names
 from ..checkpoints.load import load_checkpoint
 
 
@@ -34,6 +35,8 @@ def summarize(checkpoint: dict[str, Any]) -> dict[str, Any]:
         "callbacks": sorted(checkpoint.get("callbacks", {})),
         "tensors": len(state),
         "parameters": sum(t.numel() for t in state.values() if isinstance(t, torch.Tensor)),
+        # Frozen weights saved without (LeaveOutFrozenWeights): not counted above.
+        "left_out_frozen_tensors": len(left_out_names(checkpoint)),
         "provenance": {
             key: value
             for key, value in (checkpoint.get("provenance") or {}).items()
