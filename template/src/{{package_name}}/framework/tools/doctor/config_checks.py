@@ -232,6 +232,8 @@ def ddp_devices(context: Context) -> Result:
         return passed(f"single process on {plan.device}")
     processes = (plan.devices_per_node or 1) * plan.num_nodes
     if processes == 1:
+        if isinstance(strategy, dict):  # a class with its arguments: its name says enough
+            strategy = str(strategy.get("class_path", "?")).rsplit(".", 1)[-1]
         return warned(
             f"strategy {strategy} with one process: DDP's overhead, no speed-up",
             "`--trainer.devices N` with N > 1, or drop the ddp preset",
