@@ -20,6 +20,7 @@ a compilation error names the module and the option to change, in one paragraph.
 """
 
 import functools
+from collections import Counter
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -28,7 +29,12 @@ import torch
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from torch import nn
 
-from ..platform.private_apis import DynamoError, compiled_graph_count, has_compiled_code
+from ..platform.private_apis import (
+    DynamoError,
+    compiled_graph_count,
+    graph_breaks,
+    has_compiled_code,
+)
 from .health.errors import HealthCheckFailed
 
 
@@ -186,6 +192,7 @@ class TorchCompile(L.Callback):
             if self._eager or not self._live:
                 return eager(*args, **kwargs)
             before = compiled_graph_count()
+            breaks = graph_breaks() if self._calls == 0 else None  # said after the first call
             self._calls += 1
             try:
                 output = compiled(*args, **kwargs)
@@ -206,9 +213,23 @@ class TorchCompile(L.Callback):
                 self.compiled = compiled_graph_count() > before or has_compiled_code(
                     eager.__code__  # compiled by an earlier run
                 )
+            if breaks is not None:
+                self._tell_breaks(graph_breaks() - breaks)
             return output
 
         return forward
+
+    def _tell_breaks(self, breaks: Counter[str]) -> None:
+        """Say once how often dynamo broke the forward's graph, and where first: each
+        break returns to Python between compiled graphs, which costs time every step."""
+        count = sum(breaks.values())
+        if count:
+            first = next(iter(breaks)).strip().splitlines()[0]
+            rank_zero_info(
+                f"TorchCompile: {count} graph break(s) in {self._name}.forward, each a return "
+                f"to Python between compiled graphs every step; the first: {first}. "
+                "`fullgraph: true` stops at the first with its place in the code."
+            )
 
     def _fail(self, message: str, error: Exception | None) -> None:
         if not self.fallback_to_eager:

@@ -13,6 +13,9 @@ training run in some odd way.
   must detect. Dynamo's statistics counter counts the graphs compiled in this process;
   its code cache holds the entries compiled by an earlier run in the same process (a
   second command of one test session), which the counter no longer shows.
+- `graph_breaks` (compile.py): dynamo's counter of graph breaks by reason; torch's public
+  `torch._dynamo.explain` reruns the function to count them, which a training step must
+  not do (it would draw random numbers and change state twice).
 - `DynamoError` (compile.py): the base class of dynamo's errors (graph breaks under
   `fullgraph=True`, unsupported operations, backend failures), so that a compilation
   failure can be told from an error of the model's own code; torch exports none.
@@ -69,6 +72,7 @@ Two private Lightning methods are overridden rather than called, so they cannot 
   Lightning still calls it, and that its own reading gives the same config.
 """
 
+from collections import Counter
 from collections.abc import Callable
 from types import CodeType
 from typing import Any
@@ -90,6 +94,7 @@ __all__ = [
     "dump_cuda_allocations",
     "dynamo_supports_this_python",
     "flat_hyperparameters",
+    "graph_breaks",
     "has_compiled_code",
     "kept_experiment",
     "known_compile_modes",
@@ -105,6 +110,11 @@ __all__ = [
 def compiled_graph_count() -> int:
     """How many graphs dynamo has compiled in this process so far."""
     return counters["stats"]["unique_graphs"]
+
+
+def graph_breaks() -> Counter[str]:
+    """The graph breaks dynamo has met in this process so far, by reason (a copy)."""
+    return Counter(counters["graph_break"])
 
 
 def has_compiled_code(code: CodeType) -> bool:
