@@ -32,6 +32,9 @@ from ..platform.yaml_guard import UnsafeYaml, load_yaml
 SUMMARY = ".summary.json"
 SUMMARIZED = ("epoch", "global_step", "callbacks", "provenance")  # what `compare` reads
 CONFIG = "config"  # the provenance's recorded config, parsed
+# Named tuples of errors: ruff writes a bare `except (A, B):` apart for Python 3.14 targets.
+NO_SUMMARY = (OSError, ValueError)  # missing, unreadable, or not JSON
+UNREADABLE_CONFIG = (UnsafeYaml, yaml.YAMLError)
 
 
 def write_summary(checkpoint: dict[str, Any], path: Path) -> None:
@@ -70,7 +73,7 @@ def read_summary(path: Path) -> dict[str, Any] | None:
         target = path.resolve()
         stat = target.stat()
         record = json.loads((target.parent / SUMMARY).read_text(encoding="utf-8"))
-    except (OSError, ValueError):  # no summary, or one damaged: read the checkpoint
+    except NO_SUMMARY:  # no summary, or one damaged: read the checkpoint
         return None
     unchanged = isinstance(record, dict) and (
         record.get("checkpoint"),
@@ -90,7 +93,7 @@ def _parsed_config(provenance: Any) -> dict[str, Any] | None:
         return None
     try:
         config = load_yaml(text, "the recorded config")
-    except (UnsafeYaml, yaml.YAMLError):
+    except UNREADABLE_CONFIG:
         return None
     return _plain(config) if isinstance(config, dict) else None
 
