@@ -30,8 +30,9 @@ import re
 import shutil
 import socket
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
@@ -41,7 +42,7 @@ from ..platform.refusal import Refusal
 from .left_out import left_out_names, restore_left_out
 from .load import load_checkpoint
 from .provenance import warn_if_environment_differs
-from .summary import write_summary
+from .summary import SUMMARY, summary_of
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -80,25 +81,15 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         _remove_abandoned_partials(path.parent)
-        # No "last" in the name: Lightning's `--ckpt_path last` takes the newest file whose
-        # name holds "last", and must never pick up a partial one.
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".save.{_owner()}.", suffix=".partial")
         try:
-            if hasattr(os, "fchmod"):  # POSIX; Windows files have no mode bits to set
-                os.fchmod(fd, FILE_MODE)
-            with os.fdopen(fd, "wb") as handle:
-                torch.save(checkpoint, handle)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
+            _write_atomically(path, lambda handle: torch.save(checkpoint, handle), durable=True)
         except BaseException as error:
-            Path(tmp).unlink(missing_ok=True)
             if _disk_full(error):
                 raise Refusal(_no_space(path)) from None
             raise
-        _fsync_directory(path.parent)
         with contextlib.suppress(OSError):  # saved; a stale summary no longer matches it
-            write_summary(checkpoint, path)
+            summary = summary_of(checkpoint, path)
+            _write_atomically(path.parent / SUMMARY, lambda handle: handle.write(summary))
 
     def load_checkpoint(
         self, path: str | Path, map_location: Any = None, weights_only: bool | None = None
@@ -120,6 +111,33 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 )
             restore_left_out(checkpoint, self._module, Path(path))
         return checkpoint
+
+
+def _write_atomically(
+    path: Path, write: Callable[[BinaryIO], object], durable: bool = False
+) -> None:
+    """`write` into a temporary file beside `path`, renamed over it: a reader sees the old
+    file or the new one, never half of one. `durable`: flushed and fsynced, the rename too.
+
+    The temporary name holds no "last": Lightning's `--ckpt_path last` takes the newest
+    file whose name holds "last", and must never pick up a partial one. Its owner in the
+    name lets the next save delete it once that process is gone.
+    """
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".save.{_owner()}.", suffix=".partial")
+    try:
+        if hasattr(os, "fchmod"):  # POSIX; Windows files have no mode bits to set
+            os.fchmod(fd, FILE_MODE)
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    if durable:
+        _fsync_directory(path.parent)
 
 
 def _disk_full(error: BaseException) -> bool:

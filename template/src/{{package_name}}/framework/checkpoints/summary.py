@@ -18,15 +18,12 @@ JSON, read without running anything.
 """
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 import yaml
 
-from ..platform.paths import FILE_MODE
 from ..platform.yaml_guard import UnsafeYaml, load_yaml
 
 SUMMARY = ".summary.json"
@@ -37,12 +34,10 @@ NO_SUMMARY = (OSError, ValueError)  # missing, unreadable, or not JSON
 UNREADABLE_CONFIG = (UnsafeYaml, yaml.YAMLError)
 
 
-def write_summary(checkpoint: dict[str, Any], path: Path) -> None:
-    """Record the summarized parts of `checkpoint`, just saved at `path`, beside it.
-
-    Written to a temporary file and renamed, so a reader sees a whole summary or none; not
-    fsynced: a summary lost to a power cut only makes the next read take the checkpoint.
-    """
+def summary_of(checkpoint: dict[str, Any], path: Path) -> bytes:
+    """The summary of `checkpoint`, just saved at `path`, as the JSON bytes to write beside
+    it (AtomicCheckpointIO writes them as it writes checkpoints, without the fsync: a
+    summary lost to a power cut only makes the next read take the checkpoint)."""
     stat = path.stat()
     record = {
         "checkpoint": path.name,
@@ -53,16 +48,7 @@ def write_summary(checkpoint: dict[str, Any], path: Path) -> None:
     config = _parsed_config(record.get("provenance"))
     if config is not None:
         record[CONFIG] = config
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".summary.", suffix=".partial")
-    try:
-        if hasattr(os, "fchmod"):  # POSIX; Windows files have no mode bits to set
-            os.fchmod(fd, FILE_MODE)  # as the checkpoint: the umask's
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(record, handle)
-        os.replace(tmp, path.parent / SUMMARY)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    return json.dumps(record).encode()
 
 
 def read_summary(path: Path) -> dict[str, Any] | None:
