@@ -226,7 +226,7 @@ class TorchCompile(L.Callback):
         if count:
             first = next(iter(breaks)).strip().splitlines()[0]
             rank_zero_info(
-                f"TorchCompile: {count} graph break(s) in {self._name}.forward, each a return "
+                f"{BREAKS_SAID}{count} graph break(s) in {self._name}.forward{BREAKS_END} "
                 f"to Python between compiled graphs every step; the first: {first}. "
                 "`fullgraph: true` stops at the first with its place in the code."
             )
@@ -236,6 +236,18 @@ class TorchCompile(L.Callback):
             raise CompileError(message) from error
         rank_zero_warn(f"{message} Falling back to eager.")
         self._eager = True
+
+
+BREAKS_SAID, BREAKS_END = "TorchCompile: ", ", each a return"  # the note _tell_breaks logs
+
+
+def graph_breaks_said(output: str) -> str | None:
+    """ "N graph break(s) in X.forward", as a run's output (`doctor --try`) says it, or None."""
+    for line in output.splitlines():
+        said = line.partition(BREAKS_SAID)[2]
+        if "graph break(s) in" in said:
+            return said.partition(BREAKS_END)[0]
+    return None
 
 
 def _first_line(error: Exception) -> str:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import yaml
 
+from ...callbacks.compile import graph_breaks_said
 from .registry import Result, failed, passed
 
 PACKAGE = __package__.split(".")[0]
@@ -79,12 +80,8 @@ def try_fit(flags: Sequence[str]) -> Result:
     seconds = time.perf_counter() - start
     if done.returncode == 0:
         # What the run said of graph breaks (TorchCompile): it fits, but each costs time.
-        notes = [
-            line.split("TorchCompile: ", 1)[1].split(", each a return", 1)[0]
-            for line in (done.stdout + done.stderr).splitlines()
-            if "TorchCompile: " in line and "graph break(s)" in line
-        ]
-        said = f"; {notes[0]}" if notes else ""
+        breaks = graph_breaks_said(done.stdout + done.stderr)
+        said = f"; {breaks}" if breaks else ""
         return passed(f"{STEPS} training and {STEPS} validation batches in {seconds:.0f} s{said}")
     rerun = shlex.join(["python", *command, "--trainer.default_root_dir=runs/doctor-try"])
     return failed(refusal(done.stdout + done.stderr, done.returncode), f"`{rerun}` shows it all")
