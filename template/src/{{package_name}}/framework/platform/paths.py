@@ -76,3 +76,11 @@ def _read_umask() -> int:
 # a writer makes through a temporary file of owner-only 0600 (checkpoints, their summary,
 # exported weights), so they read like the run's logs.
 FILE_MODE = 0o666 & ~_read_umask()
+
+
+def follow_umask(written: Path) -> None:
+    """Give a file, or every file in a folder, that a library wrote owner-only (0600:
+    safetensors, peft) the umask's permissions, as the run's other files have."""
+    for file in [written] if written.is_file() else written.rglob("*"):
+        if file.is_file():
+            file.chmod(FILE_MODE)

@@ -61,7 +61,7 @@ from ..checkpoints.trusted_classes import (
     named_in,
     taken_hyperparameters,
 )
-from ..platform.paths import DEFAULT_CONFIG, FILE_MODE, project_path
+from ..platform.paths import DEFAULT_CONFIG, follow_umask, project_path
 from ..platform.refusal import Refusal
 from ..run.checkpoint_hparams import recorded_arguments
 from .export_adapters import adapter_exports
@@ -278,7 +278,7 @@ def export_safetensors(model: torch.nn.Module, checkpoint: dict[str, Any], path:
         for key, value in provenance.items()
     }
     save_model(model, str(path), metadata=metadata)
-    path.chmod(FILE_MODE)  # safetensors writes owner-only (0600); the run's files follow the umask
+    follow_umask(path)  # safetensors writes owner-only (0600)
 
 
 def export_onnx(model: LightningModule, inputs: SampleInputs, path: Path) -> None:

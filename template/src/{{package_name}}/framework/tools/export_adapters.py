@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from ..platform.paths import FILE_MODE
+from ..platform.paths import follow_umask
 
 
 @dataclass
@@ -46,12 +46,12 @@ def adapter_exports(model: torch.nn.Module, output: Path, stem: str) -> list[Ada
         label = stem if len(found) == 1 else f"{stem}-{name.replace('.', '-')}"
         adapters = output / f"{label}-adapters"
         peft_model.save_pretrained(str(adapters))
-        _follow_umask(adapters)
+        follow_umask(adapters)
         loaded = _loaded(peft_model, adapters)
         exports.append(AdapterExport(adapters, _holding(model, name, loaded)))
         merged = copy.deepcopy(peft_model).merge_and_unload()
         path, reloaded = _write_merged(merged, output / f"{label}-merged")
-        _follow_umask(path)
+        follow_umask(path)
         exports.append(AdapterExport(path, _holding(model, name, reloaded)))
     return exports
 
@@ -101,11 +101,3 @@ def _holding(model: torch.nn.Module, name: str, part: torch.nn.Module) -> torch.
     parent = copied.get_submodule(parent_name) if parent_name else copied
     setattr(parent, attribute, part)
     return copied.eval()
-
-
-def _follow_umask(written: Path) -> None:
-    """Give the files peft and safetensors wrote owner-only (0600) the umask's permissions,
-    as the run's other files have."""
-    for file in [written] if written.is_file() else written.rglob("*"):
-        if file.is_file():
-            file.chmod(FILE_MODE)
