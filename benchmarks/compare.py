@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from scaffold import installed_project
+from stats import spread
 
 PLAIN_READER = """
 import csv, sys, torch, yaml
@@ -84,15 +85,6 @@ def timed(command: list[str], cwd: Path) -> tuple[float, str]:
     return seconds, result.stdout
 
 
-def spread(values: list[float]) -> str:
-    """Median, interquartile range and min-max of `values`, as one line."""
-    text = f"median {statistics.median(values):.2f}, min-max {min(values):.2f}-{max(values):.2f}"
-    if len(values) >= 4:
-        q1, _, q3 = statistics.quantiles(values, n=4)
-        text += f", IQR {q1:.2f}-{q3:.2f}"
-    return f"{text} ({len(values)} paired repeats)"
-
-
 def measure(project: Path, package: str, folder: Path, repeats: int) -> int:
     compare = [sys.executable, "-m", package, "compare", str(folder)]
     plain = [sys.executable, "-c", PLAIN_READER, str(folder)]
@@ -114,7 +106,7 @@ def measure(project: Path, package: str, folder: Path, repeats: int) -> int:
     print(line(f"python -m {package} compare (table)", compare_times))
     print(line("plain reader of the same files", plain_times))
     ratios = [c / p for c, p in zip(compare_times, plain_times, strict=True)]
-    print(f"ratio compare / plain: {spread(ratios)}")
+    print(f"ratio compare / plain: {spread(ratios, digits=2)}")
     print(f"widest printed line: {widest} characters; load average (1 min) after {load:.2f}")
     print(f"compare seconds: {statistics.median(compare_times):.2f} ({runs} runs)")
     return 0

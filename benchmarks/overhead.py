@@ -69,6 +69,7 @@ import torch.nn.functional as F
 from lightning.pytorch import Callback, LightningModule, Trainer
 
 from scaffold import installed_project
+from stats import spread
 
 # Losses of (a) and (c) must agree to 5 decimals: same seed, data order and optimizer.
 LOSS_TOLERANCE = 5e-6
@@ -260,15 +261,6 @@ def generated_fit(
     extras = [type(c).__name__ for c in cli.trainer.callbacks if c is not clock]
     extras += [type(logger).__name__ for logger in cli.trainer.loggers]
     return clock.losses, extras
-
-
-def spread(values: list[float]) -> str:
-    """Median, interquartile range and min-max of `values`, as one line."""
-    text = f"median {statistics.median(values):.3f}, min-max {min(values):.3f}-{max(values):.3f}"
-    if len(values) >= 4:
-        q1, _, q3 = statistics.quantiles(values, n=4)
-        text += f", IQR {q1:.3f}-{q3:.3f}"
-    return f"{text} ({len(values)} paired repeats)"
 
 
 def run_variant(

@@ -17,7 +17,6 @@ ratios' median and spread, and how often each size was recommended.
 import argparse
 import logging
 import re
-import statistics
 import sys
 import tempfile
 import warnings
@@ -27,6 +26,7 @@ from pathlib import Path
 import yaml
 
 from scaffold import installed_project, package_name
+from stats import spread
 
 SIZES = (16, 32, 64, 128)
 SATURATES_AT = 32
@@ -55,10 +55,6 @@ def tune_once(main, fast: list[str], workdir: Path) -> tuple[int, dict[int, floa
     return chosen, rates
 
 
-def spread(values: list[float]) -> str:
-    return f"median {statistics.median(values):.3f}, min-max {min(values):.3f}-{max(values):.3f}"
-
-
 def measure(project: Path, package: str, repeats: int) -> None:
     sys.path.insert(0, str(project / "tests" / "framework"))  # toy, harness (pytest's pythonpath)
     main = __import__(f"{package}.framework.cli", fromlist=["main"]).main
@@ -73,7 +69,7 @@ def measure(project: Path, package: str, repeats: int) -> None:
     complete = [rates for _, rates in runs if all(size in rates for size in SIZES)]
     for size in (16, 32, 64):
         ratios = [rates[size] / rates[128] for rates in complete]
-        print(f"rate {size:>3} / rate 128: {spread(ratios)} ({len(ratios)} runs)")
+        print(f"rate {size:>3} / rate 128: {spread(ratios)}")
     chosen = Counter(size for size, _ in runs)
     counts = ", ".join(f"{size} in {n}" for size, n in sorted(chosen.items()))
     print(
