@@ -268,12 +268,18 @@ def resume_gaps(loader: Any) -> list[str]:
     """
     name = class_name(loader)
     if not _has_state(loader):
+        # Rebuildable yet not rebuilt: a run of several processes (loader_hooks.py).
+        why = (
+            "left to Lightning's DistributedSampler in a run of several processes: an "
+            "epoch boundary resumes exactly"
+            if rebuildable(loader)
+            else "torch's DataLoader, and a subclass that only sets its arguments such as "
+            "PyG's, are rebuilt as one in a one-process fit; this one changes how it iterates"
+        )
         return [
             f"the train loader, a {name}, cannot save its position in the epoch, nor "
-            "replay its shuffle: build it as torchdata's `StatefulDataLoader` (same "
-            "arguments as DataLoader; torch's DataLoader, and a subclass that only sets "
-            "its arguments such as PyG's, are rebuilt as one for you; this one changes how "
-            "it iterates)"
+            f"replay its shuffle: build it as torchdata's `StatefulDataLoader` (same "
+            f"arguments as DataLoader; {why})"
         ]
     dataset = getattr(loader, "dataset", None)
     if isinstance(dataset, IterableDataset):
