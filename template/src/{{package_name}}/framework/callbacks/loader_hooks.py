@@ -117,8 +117,8 @@ class Watched:
             kinds = sorted({class_name(loader) for loader in rebuilt})
             rank_zero_info(
                 f"{self.hook}(): {len(rebuilt)} DataLoader(s) ({', '.join(kinds)}) rebuilt as "
-                "torchdata's StatefulDataLoader, same arguments (a generator seeded from the run's seed "
-                "where none was given), so that a resumed run continues exactly."
+                "torchdata's StatefulDataLoader, same arguments (a generator seeded from the "
+                "run's seed where none was given), so that a resumed run continues exactly."
             )
         if self.hook != "train_dataloader":
             return

@@ -111,12 +111,6 @@ def continue_loggers(logger_config: Any, checkpoint: dict[str, Any]) -> None:
             init_args.version = int(version) if version.isdigit() else version
 
 
-# What a record keeps of a checkpoint: its counters, callback states (Timer, best scores)
-# and provenance, not the weights and optimizer states of thousands of runs at once; what
-# the summary beside a checkpoint holds, read instead of the checkpoint when it matches.
-SHOWN = SUMMARIZED
-
-
 def _plain_name(version: str) -> bool:
     """A logger version that names one folder inside the run (no separator, no `..`)."""
     return re.fullmatch(r"[\w.-]+", version) is not None and version not in {".", ".."}
@@ -233,7 +227,10 @@ def read_run(folder: Path) -> RunRecord:
 
 
 def _shown(checkpoint: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in checkpoint.items() if key in SHOWN}
+    """What a record keeps of a checkpoint, as its summary holds it: counters, callback
+    states (Timer, best scores) and provenance, not the weights and optimizer states of
+    thousands of runs at once."""
+    return {key: value for key, value in checkpoint.items() if key in SUMMARIZED}
 
 
 def _saved_config(folder: Path) -> tuple[str | None, str | None]:
