@@ -26,7 +26,7 @@ from jsonargparse.typing import NonNegativeInt, PositiveInt
 from torch.utils.data import Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from .framework import LoaderOptions, Refusal, project_path
+from copier_lightning_core import LoaderOptions, Refusal, project_path
 
 SPLITS = ("train", "val", "test")
 # What a write fails with on a full disk, or over a user's quota (HPC home folders).

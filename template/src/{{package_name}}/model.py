@@ -14,7 +14,7 @@ from torch import nn
 from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, SequentialLR
 from torchmetrics.classification import MulticlassAccuracy
 
-from .framework import logs_this_step
+from copier_lightning_core import logs_this_step
 
 
 def adamw(params: Iterable[torch.Tensor]) -> torch.optim.Optimizer:

@@ -1,0 +1,89 @@
+"""Which project the library serves, and where that project lives on disk.
+
+A project is a package that hands its command line to this library (`python -m <package>`
+runs `<package>/__main__.py`, which calls `cli.main`) and a folder holding its
+`configs/`. The package is found, first to last:
+- the one `cli.main` was handed (`main(project=__package__)` in the project's `__main__.py`);
+- the module Python runs as `__main__` when it runs this library's CLI (`python -m
+  <package>`, and the processes DDP and spawned loader workers start from the same command);
+- the `[tool.copier-lightning-core] package` of the `pyproject.toml` in the working folder
+  or a folder above it (a notebook, `pytest` in the project).
+The project's root is the folder above `src/` that holds its package.
+"""
+
+import functools
+import importlib.util
+import sys
+import tomllib
+from pathlib import Path
+
+from .refusal import Refusal
+
+LIBRARY = __package__.split(".")[0]
+SETTINGS_TABLE = "copier-lightning-core"  # [tool.<this>] in a project's pyproject.toml
+_handed: list[str] = []
+
+
+def serve(package: str) -> None:
+    """Name the project this process serves (the project's `__main__.py`, a test's conftest)."""
+    _handed[:] = [package]
+    project_package.cache_clear()
+    project_root.cache_clear()
+
+
+def _from_main_module() -> str | None:
+    """The package of `python -m <package>` when its `__main__` runs this library's CLI
+    (not `python -m pytest`, whose `__main__` is pytest's)."""
+    main = sys.modules.get("__main__")
+    name = getattr(getattr(main, "__spec__", None), "name", None) or ""
+    runs_this_cli = getattr(getattr(main, "main", None), "__module__", None) == f"{LIBRARY}.cli"
+    return name.split(".")[0] if name.endswith(".__main__") and runs_this_cli else None
+
+
+def _from_pyproject(start: Path) -> str | None:
+    for folder in (start, *start.parents):
+        pyproject = folder / "pyproject.toml"
+        if pyproject.is_file():
+            try:
+                settings = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+                return None
+            package = settings.get("tool", {}).get(SETTINGS_TABLE, {}).get("package")
+            return package if isinstance(package, str) else None
+    return None
+
+
+@functools.cache
+def project_package() -> str:
+    """The import name of the project's package."""
+    package = (_handed or [None])[0] or _from_main_module() or _from_pyproject(Path.cwd())
+    if package is None:
+        raise Refusal(
+            "no project is known to this process: run the command as `python -m <package>` "
+            "from a project made by the template, call it from a folder inside one (its "
+            f"pyproject.toml names the package under [tool.{SETTINGS_TABLE}]), or name the "
+            f"package first with `{LIBRARY}.platform.project.serve('<package>')`."
+        )
+    return package
+
+
+@functools.cache
+def project_root() -> Path:
+    """The project's folder: the one above `src/` that holds its package."""
+    package = project_package()
+    spec = importlib.util.find_spec(package)
+    if spec is None or spec.origin is None:
+        raise Refusal(
+            f"the project's package {package!r} is not importable from this Python "
+            f"({sys.executable}): install the project (`pip install -e .` in its folder)."
+        )
+    folder = Path(spec.origin).resolve().parent
+    for parent in folder.parents:
+        if (parent / "pyproject.toml").is_file():
+            return parent
+    return folder.parents[1]  # <root>/src/<package>/
+
+
+def program() -> str:
+    """How a user runs the project's command line: `python -m <package>`."""
+    return f"python -m {project_package()}"

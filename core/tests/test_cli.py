@@ -1,0 +1,163 @@
+"""The command line itself: default config, shipped YAMLs, dispatch, help and its errors."""
+
+import inspect
+import subprocess
+import sys
+
+import pytest
+import torch
+import yaml
+
+from copier_lightning_core import cli, lightning_cli
+from copier_lightning_core.platform.paths import DEFAULT_CONFIG, PROJECT_ROOT, project_path
+from copier_lightning_core.run.resolve import resolve_config
+
+from harness import FAST, FLAVOURS
+from toy import ToySequenceClassifier, ToySequenceData, ToySignals
+
+# Configs for fit; configs/sweeps/ holds sweep specs (test_sweep.py parses those).
+SHIPPED_CONFIGS = sorted(
+    path for path in (PROJECT_ROOT / "configs").rglob("*.yaml") if path.parent.name != "sweeps"
+)
+
+
+@pytest.mark.parametrize("config", SHIPPED_CONFIGS, ids=lambda p: str(p.relative_to(PROJECT_ROOT)))
+def test_every_shipped_config_parses_against_the_real_signatures(config, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["fit", "--config", str(config), "--print_config"])
+    assert exit_info.value.code == 0, capsys.readouterr().err
+    assert "class_path" in capsys.readouterr().out
+
+
+def test_default_config_applies_from_any_working_directory(run, tmp_path, monkeypatch):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    cli_run = run.cli("validate")
+    assert cli_run.config.validate.seed_everything == 1234  # from configs/default.yaml
+    assert cli_run.trainer.default_root_dir == str(run.root)
+    assert list(elsewhere.iterdir()) == []  # nothing written to the working directory
+
+
+def test_a_misspelled_option_is_refused_naming_it(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["fit", "--trainer.max_epoch=3"])
+    assert exit_info.value.code != 0
+    err = capsys.readouterr().err
+    assert "error: unrecognized arguments: --trainer.max_epoch" in err
+    assert "usage:" not in err and len(err.splitlines()) <= 3, err  # the error, not a wall
+
+
+def test_missing_default_config_is_a_clear_error(monkeypatch, tmp_path):
+    missing = tmp_path / "configs" / "default.yaml"
+    monkeypatch.setattr(lightning_cli, "DEFAULT_CONFIG", missing)
+    with pytest.raises(SystemExit, match=r"default config .*default\.yaml is missing"):
+        cli.main(["fit"])
+
+
+def test_unknown_command_lists_the_commands():
+    with pytest.raises(SystemExit, match=r"unknown command 'trian'.*fit, validate, test, predict"):
+        cli.main(["trian"])
+
+
+def test_relative_paths_are_relative_to_the_project_root(tmp_path):
+    assert project_path("runs/x") == PROJECT_ROOT / "runs" / "x"
+    assert project_path(tmp_path) == tmp_path
+    assert DEFAULT_CONFIG.is_file()
+
+
+@pytest.mark.parametrize("words", [["--help"], ["-h"], []], ids=["--help", "-h", "nothing"])
+def test_help_lists_every_command_with_one_line_each(words, capsys):
+    assert cli.main(words) == (0 if words else 2)
+    out = capsys.readouterr().out
+    assert out.startswith("usage: python -m {{ package_name }} <command>")
+    for command in ["fit", "validate", "test", "predict", *cli.TOOLS]:
+        (line,) = [line for line in out.splitlines() if line.split()[:1] == [command]]
+        assert len(line.split()) > 2, line  # the command, then what it does
+
+
+def test_a_trainer_command_help_is_lightning_clis_under_the_program_name(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["fit", "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: python -m {{ package_name }}")
+    assert " fit " in out.splitlines()[0]
+    assert "--trainer.max_epochs" in out and "--checkpoint.monitor" in out
+
+
+def test_num_classes_is_declared_once_in_the_data_section(tmp_path):
+    # The tabular toys have no num_classes at all: every tabular test parses with the links.
+    args = [*FAST, f"--trainer.default_root_dir={tmp_path}", *FLAVOURS["sequence"]]
+    linked = lightning_cli.ProjectCLI(args=["validate", *args, "--data.num_classes=5"])
+    assert linked.model.num_classes == 5 and linked.model.head.out_features == 5
+
+
+def own_defaults(cls: type, **given) -> dict:
+    """The init arguments `cls` gets from its own signature, then those `given`."""
+    return {name: p.default for name, p in inspect.signature(cls).parameters.items()} | given
+
+
+def toy_sections(data: type) -> dict:
+    """`model:` ToySequenceClassifier and `data:` `data`, given batch_size 5."""
+    return {
+        "model": {"class_path": "toy.ToySequenceClassifier"},
+        "data": {"class_path": f"toy.{data.__name__}", "init_args": {"batch_size": 5}},
+    }
+
+
+def swap_in(data: type, where: str, tmp_path) -> list[str]:
+    """Options that name toy_sections(data) in place of the default config's classes."""
+    sections = toy_sections(data)
+    if where == "command line":
+        model, data_class = sections["model"]["class_path"], sections["data"]["class_path"]
+        return [f"--model={model}", f"--data={data_class}", "--data.batch_size=5"]
+    config = tmp_path / "mine.yaml"
+    config.write_text(yaml.safe_dump(sections))
+    return [f"--config={config}"]
+
+
+@pytest.mark.parametrize("where", ["command line", "--config"])
+@pytest.mark.parametrize("data", [ToySignals, ToySequenceData], ids=lambda data: data.__name__)
+def test_a_class_named_in_place_of_the_examples_gets_none_of_its_values(data, where, tmp_path):
+    # The default config's values (and the num_classes linked from its data) belong to its
+    # own classes: a DataModule without num_classes left the example's count in the model,
+    # one with it got the example's count, batch_size and num_workers.
+    config = resolve_config(swap_in(data, where, tmp_path))
+    assert config["model"]["init_args"] == own_defaults(ToySequenceClassifier)
+    assert config["data"]["init_args"] == own_defaults(data, batch_size=5)
+
+
+def printed_sections(capsys, *words: str) -> dict:
+    """The `model:` and `data:` sections `fit --print_config` prints for these options."""
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["fit", *words, "--print_config"])
+    assert exit_info.value.code == 0, capsys.readouterr().err
+    config = yaml.safe_load(capsys.readouterr().out)
+    return {key: config[key] for key in ("model", "data")}
+
+
+def test_classes_named_in_the_default_config_print_as_when_named_on_the_command_line(
+    tmp_path, monkeypatch, capsys
+):
+    named = printed_sections(capsys, *swap_in(ToySequenceData, "command line", tmp_path))
+    assert named["data"]["init_args"] == own_defaults(ToySequenceData, batch_size=5)
+    edited = yaml.safe_load(DEFAULT_CONFIG.read_text()) | toy_sections(ToySequenceData)
+    default_config = tmp_path / "default.yaml"
+    default_config.write_text(yaml.safe_dump(edited))
+    monkeypatch.setattr(lightning_cli, "DEFAULT_CONFIG", default_config)
+    assert printed_sections(capsys) == named
+
+
+def test_a_tool_whose_reader_stops_early_ends_without_a_traceback(tmp_path):
+    checkpoint = tmp_path / "weights.ckpt"
+    torch.save({"state_dict": {f"layer{i}.weight": torch.zeros(1) for i in range(500)}}, checkpoint)
+    tool = subprocess.Popen(
+        [sys.executable, "-m", PROJECT, "inspect-ckpt", str(checkpoint)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    tool.stdout.close()  # what `| head` does once it has its lines: before the tool prints
+    _, stderr = tool.communicate(timeout=300)
+    assert "BrokenPipeError" not in stderr.decode() and "Traceback" not in stderr.decode()
+    assert tool.returncode == 141

@@ -1,0 +1,79 @@
+"""The progress bar (`framework/callbacks/progress.py`): redrawn by time, not after every batch.
+
+It is an entry of configs/default.yaml's callbacks (test_run_config.py removes it)."""
+
+from collections import Counter
+
+import pytest
+import yaml
+from lightning.pytorch import Trainer
+from lightning.pytorch.callbacks import TQDMProgressBar
+
+from copier_lightning_core.callbacks.progress import ThrottledProgressBar
+from copier_lightning_core.cli import ProjectCLI
+from copier_lightning_core.platform.paths import DEFAULT_CONFIG
+
+from harness import FAST, FLAVOURS
+
+BATCHES, EPOCHS = 384 // 64, 2  # the tabular toy trains on 384 of its 512 samples
+
+
+def fit_with_bar(tmp_path, *extra: str, min_interval: float | None = None) -> tuple[Trainer, int]:
+    """A fit with the progress bar on; how many times the bar drew a training batch."""
+    drawn: Counter = Counter()
+    draw = TQDMProgressBar.on_train_batch_end
+
+    def counted(self, *args, **kwargs):
+        drawn["train"] += 1
+        return draw(self, *args, **kwargs)
+
+    class BarCLI(ProjectCLI):
+        def instantiate_trainer(self, **kwargs) -> Trainer:
+            trainer = super().instantiate_trainer(**kwargs)
+            if min_interval is not None:
+                trainer.progress_bar_callback.min_interval = min_interval
+            return trainer
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(TQDMProgressBar, "on_train_batch_end", counted)
+        args = [a for a in FAST if not a.startswith("--trainer.enable_progress_bar")]
+        cli = BarCLI(
+            args=[
+                "fit",
+                *args,
+                *FLAVOURS["tabular"],
+                f"--trainer.max_epochs={EPOCHS}",
+                f"--trainer.default_root_dir={tmp_path}",
+                "--test_after_fit=false",
+                *extra,
+            ]
+        )
+    return cli.trainer, drawn["train"]
+
+
+def test_the_default_bar_draws_the_first_and_last_batch_and_then_by_time(tmp_path):
+    trainer, drawn = fit_with_bar(tmp_path, min_interval=3600.0)  # no time-based redraw
+    assert type(trainer.progress_bar_callback) is ThrottledProgressBar
+    assert drawn == 2 * EPOCHS  # Lightning's own bar: every one of BATCHES * EPOCHS
+
+
+def test_a_bar_of_your_own_in_place_of_the_configs_is_used_as_it_is(tmp_path):
+    callbacks = yaml.safe_load(DEFAULT_CONFIG.read_text())["trainer"]["callbacks"]
+    own = [
+        {"class_path": "lightning.pytorch.callbacks.TQDMProgressBar"}
+        if entry["class_path"].endswith(".ThrottledProgressBar")
+        else entry
+        for entry in callbacks
+    ]
+    config = tmp_path / "own-bar.yaml"
+    config.write_text(yaml.safe_dump({"trainer": {"callbacks": own}}))
+    trainer, drawn = fit_with_bar(tmp_path / "run", f"--config={config}")
+    assert type(trainer.progress_bar_callback) is TQDMProgressBar
+    assert drawn == BATCHES * EPOCHS
+
+
+def test_progress_bars_can_still_be_turned_off(tmp_path):
+    cli = ProjectCLI(
+        args=["validate", *FAST, *FLAVOURS["tabular"], f"--trainer.default_root_dir={tmp_path}"]
+    )
+    assert cli.trainer.progress_bar_callback is None

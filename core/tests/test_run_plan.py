@@ -1,0 +1,135 @@
+"""One read of a checkpoint per command (run_plan.py): resolved once, loaded once, handed on.
+
+Every `torch.load` of a file during one command is counted, whoever makes it (the
+framework's readers, LightningCLI's, the Trainer's): a resumed `fit --ckpt_path last`,
+`validate`, `test` and `predict` with `--ckpt_path best` (which also reads `last.ckpt`
+once, where the best one is recorded) and with a file, a folder of shards gathered for
+one process, and `fit --init_from`. A second read of any file fails the test.
+"""
+
+import os
+import pickle
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed.checkpoint as dcp
+
+from copier_lightning_core.checkpoints.checkpoint_io import AtomicCheckpointIO
+from copier_lightning_core.checkpoints.load import RUN_STATE
+
+from harness import FAST, FLAVOURS, Run
+
+
+def tabular_run(root: Path) -> Run:
+    return Run("tabular", root, [*FAST, f"--trainer.default_root_dir={root}", *FLAVOURS["tabular"]])
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    """One epoch of fit, only read by this module's tests: last.ckpt and one best checkpoint."""
+    run = tabular_run(tmp_path_factory.mktemp("trained") / "run")
+    run.cli("fit", "--test_after_fit=false")
+    return run
+
+
+def best_of(run: Run) -> Path:
+    """The best checkpoint the run's ModelCheckpoint records (what `--ckpt_path best` means)."""
+    (best,) = (path for path in run.checkpoints.glob("*.ckpt") if path.name != "last.ckpt")
+    return best
+
+
+@pytest.fixture
+def reads(monkeypatch: pytest.MonkeyPatch) -> Counter:
+    """Each file `torch.load` reads during the test -> how many times."""
+    counts: Counter = Counter()
+    real_load = torch.load
+
+    def counting_load(source, *args, **kwargs):
+        file = _file_of(source)
+        if file is not None:
+            counts[file] += 1
+        return real_load(source, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", counting_load)
+    return counts
+
+
+def _file_of(source: object) -> Path | None:
+    """The file a `torch.load` argument reads: a path, or an open file (fsspec's or
+    Python's); None for bytes of no file (torch's reader of shards loads each tensor so)."""
+    if isinstance(source, str | os.PathLike):
+        return Path(source).resolve()
+    for name in ("path", "name"):
+        value = getattr(source, name, None)
+        if isinstance(value, str):
+            return Path(value).resolve()
+    return None
+
+
+def test_a_resumed_fit_reads_last_ckpt_once(tmp_path, reads):
+    run = tabular_run(tmp_path / "run")
+    first = run.cli("fit", "--test_after_fit=false").trainer.global_step
+    reads.clear()
+    resumed = run.cli("fit", "--trainer.max_epochs=2", "--ckpt_path=last", "--test_after_fit=false")
+    assert resumed.trainer.global_step == 2 * first  # it did resume
+    assert reads == {(run.checkpoints / "last.ckpt").resolve(): 1}
+
+
+@pytest.mark.parametrize("command", ["validate", "test", "predict"])
+@pytest.mark.parametrize("given", ["best", "a file"])
+def test_an_evaluation_reads_its_checkpoint_once(trained, reads, command, given):
+    best = best_of(trained)
+    cli = trained.cli(command, f"--ckpt_path={'best' if given == 'best' else best}")
+    assert cli.trainer.ckpt_path == str(best)
+    expected = {best.resolve(): 1}
+    if given == "best":  # which checkpoint is the best is recorded in last.ckpt
+        expected[(trained.checkpoints / "last.ckpt").resolve()] = 1
+    assert reads == expected
+
+
+def test_a_folder_of_shards_is_gathered_once_and_its_copy_read_once(trained, tmp_path, reads):
+    checkpoint = torch.load(trained.checkpoints / "last.ckpt", weights_only=True)
+    folder = tmp_path / "sharded" / "last.ckpt"  # as an FSDP2 run saves it: DCP files, meta.pt
+    dcp.save({"state_dict": checkpoint.pop("state_dict")}, checkpoint_id=str(folder))
+    checkpoint.pop("optimizer_states")
+    torch.save(checkpoint, folder / RUN_STATE)
+    reads.clear()
+    cli = trained.cli("validate", f"--trainer.default_root_dir={tmp_path}", f"--ckpt_path={folder}")
+    assert "val/loss" in cli.trainer.callback_metrics
+    assert reads[(folder / RUN_STATE).resolve()] == 1
+    assert reads[Path(cli.trainer.ckpt_path).resolve()] == 1  # the gathered copy
+    assert max(reads.values()) == 1, reads
+
+
+def test_init_from_reads_its_file_once(trained, tmp_path, reads):
+    source = best_of(trained)
+    trained.cli(
+        "fit",
+        f"--trainer.default_root_dir={tmp_path / 'fresh'}",
+        "--trainer.limit_train_batches=0",
+        f"--init_from={source}",
+        "--test_after_fit=false",
+    )
+    assert reads == {source.resolve(): 1}
+
+
+def test_the_checkpoint_writer_hands_back_a_preloaded_checkpoint_once(tmp_path, reads):
+    path = tmp_path / "last.ckpt"
+    io = AtomicCheckpointIO()
+    io.save_checkpoint({"state_dict": {"w": torch.ones(3)}}, path)
+    preloaded = {"state_dict": {"w": torch.zeros(3)}, "provenance": {}}
+    io.preload(path, preloaded)
+    assert io.load_checkpoint(str(path)) is preloaded  # no read
+    assert reads == {}
+    assert torch.equal(io.load_checkpoint(path)["state_dict"]["w"], torch.ones(3))  # read now
+    io.preload(path, preloaded)
+    spawned = pickle.loads(pickle.dumps(io))  # as ddp_spawn hands the plugin to a process
+    assert torch.equal(spawned.load_checkpoint(path)["state_dict"]["w"], torch.ones(3))
+    other = tmp_path / "other.ckpt"
+    io.preload(other, preloaded)
+    io.load_checkpoint(path)  # another file is read, and the preloaded one let go:
+    with pytest.raises(SystemExit, match="does not exist"):
+        io.load_checkpoint(other)
+    assert reads == {path.resolve(): 3}

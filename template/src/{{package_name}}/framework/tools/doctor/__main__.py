@@ -1,9 +1,0 @@
-# Managed by the template; local edits are merged on update.
-"""`python -m <package>.framework.tools.doctor`: the entry pre-commit calls, without importing torch first."""
-
-import sys
-
-from .command import main
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
