@@ -7,7 +7,7 @@ what compare adds to reading what it must read. A project is rendered from this 
 and installed; one short `fit` makes a run, copied into `--runs` folders, each copy's
 recorded config given a value of its own (so each is a row) and one a 5,000-character
 value (as a crashed run's message can be): the widest printed line shows the cell width.
-Each copy's checkpoint is saved through the project's checkpoint IO, as a run saves it,
+Each copy's checkpoint is saved through the library's checkpoint IO, as a run saves it,
 so it gets the JSON summary `compare` reads instead of unpickling the checkpoint; the
 plain reader unpickles every checkpoint. The two commands alternate, each in a fresh
 process.
@@ -44,14 +44,12 @@ for root in sorted(p for p in Path(sys.argv[1]).iterdir() if p.is_dir()):
 
 def make_runs(project: Path, package: str, folder: Path, count: int) -> None:
     """One real run, then `count` copies whose recorded configs differ (see the doc)."""
-    import importlib
-
     import torch
     import yaml
+    from copier_lightning_core.checkpoints.checkpoint_io import AtomicCheckpointIO
 
     # Saved as a run saves them (with the summary compare reads), not by torch.save alone.
-    checkpoint_io = importlib.import_module(f"{package}.framework.checkpoints.checkpoint_io")
-    save = checkpoint_io.AtomicCheckpointIO().save_checkpoint
+    save = AtomicCheckpointIO().save_checkpoint
     first = folder.parent / "first"
     fit = [
         sys.executable, "-m", package, "fit", "--trainer.max_epochs=1",

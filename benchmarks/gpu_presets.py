@@ -7,13 +7,12 @@ PYTHONPATH: nothing is installed), then trains the example for a fixed number of
 configuration, each in its own process: fp32, bf16, fp16, compile, bf16+compile, ddp and
 fsdp2 (one GPU each). Steps after the warmup are timed between two CUDA synchronisations
 (so compilation and cuDNN autotuning are excluded) and printed as samples/s, as a ratio
-to fp32, as MFU (the framework's FLOPs per sample over Lightning's peak for this GPU and
+to fp32, as MFU (the library's FLOPs per sample over Lightning's peak for this GPU and
 dtype) and as peak allocated memory. Without CUDA it says so and exits 0; not part of the
 test suite.
 """
 
 import argparse
-import importlib
 import json
 import os
 import subprocess
@@ -24,6 +23,7 @@ from pathlib import Path
 
 import lightning as L
 import torch
+from copier_lightning_core.callbacks.throughput import TrainingThroughput, compute_dtype
 from lightning.fabric.utilities.throughput import get_available_flops
 
 REPO = Path(__file__).resolve().parents[1]
@@ -56,11 +56,9 @@ class StepTimer(L.Callback):
         seconds = time.perf_counter() - self.start
         steps = trainer.global_step - self.warmup
         samples_per_s = steps * self.batch_size / seconds
-        # The project's own meter measured the FLOPs per sample once, before compile/sharding.
-        package = type(pl_module).__module__.split(".")[0]
-        throughput = importlib.import_module(f"{package}.framework.callbacks.throughput")
-        meter = next(c for c in trainer.callbacks if isinstance(c, throughput.TrainingThroughput))
-        dtype = throughput.compute_dtype(str(trainer.precision))
+        # The run's own meter measured the FLOPs per sample once, before compile/sharding.
+        meter = next(c for c in trainer.callbacks if isinstance(c, TrainingThroughput))
+        dtype = compute_dtype(str(trainer.precision))
         peak = get_available_flops(trainer.strategy.root_device, dtype)
         flops = meter.flops_per_sample
         if trainer.is_global_zero:

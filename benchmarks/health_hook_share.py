@@ -4,14 +4,14 @@
 
 A ratio of two times measured in the same run, so a busy shared machine slows both
 alike: unlike on/off wall times (health_overhead.py), it resolves a 1 % overhead there.
-Every hook of the `<package>.health` callbacks, and the guard's optimizer step hooks,
-is wrapped with a clock; printed per callback and in total, over the loop's wall time.
+Every hook of the library's health callbacks (`copier_lightning_core.callbacks.health`),
+and the guard's optimizer step hooks, is wrapped with a clock; printed per callback and in
+total, over the loop's wall time.
 It misses only indirect costs (e.g. memory traffic slowing the step that follows).
 """
 
 import argparse
 import functools
-import importlib
 import logging
 import sys
 import tempfile
@@ -20,11 +20,14 @@ import warnings
 from collections import Counter
 from pathlib import Path
 
+from copier_lightning_core.cli import ProjectCLI
+from copier_lightning_core.platform.project import serve
 from lightning.pytorch import Callback
 
 from scaffold import package_name
 
 HOOK_PREFIXES = ("on_", "setup", "teardown", "_before_step", "_after_step")
+HEALTH = "copier_lightning_core.callbacks.health"  # the callbacks clocked: their modules
 
 
 class LoopTimer(Callback):
@@ -63,16 +66,16 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     package = package_name(options.project)
     sys.path.insert(0, str(options.project / "src"))
-    cli = importlib.import_module(f"{package}.framework.cli")
+    serve(package)  # the library's CLI reads this project's configs
     workdir = Path(tempfile.mkdtemp(prefix="health-share-"))
     spent: Counter = Counter()
     loop = LoopTimer()
 
-    class ClockedCLI(cli.ProjectCLI):
+    class ClockedCLI(ProjectCLI):
         def instantiate_trainer(self, **kwargs):
             trainer = super().instantiate_trainer(**kwargs)
             for callback in trainer.callbacks:
-                if type(callback).__module__.startswith(f"{package}.framework.callbacks.health"):
+                if type(callback).__module__.startswith(HEALTH):
                     clock(callback, spent)
             trainer.callbacks.append(loop)
             return trainer

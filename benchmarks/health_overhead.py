@@ -4,13 +4,13 @@
 
 Renders this checkout with the default answers (or uses `--project`, a rendered project
 whose dependencies are installed), generates the example data once, runs one untimed
-warm-up fit, then alternates fits with and without the callbacks of
-`<package>.health` so that drifts of a shared machine hit both alike. Prints each time
-(the whole command, and the training loop alone), the medians and their ratio (on / off).
+warm-up fit, then alternates fits with and without the library's health callbacks
+(`copier_lightning_core.callbacks.health`) so that drifts of a shared machine hit both
+alike. Prints each time (the whole command, and the training loop alone), the medians
+and their ratio (on / off).
 """
 
 import argparse
-import importlib
 import logging
 import shutil
 import statistics
@@ -20,10 +20,14 @@ import time
 import warnings
 from pathlib import Path
 
+from copier_lightning_core.cli import ProjectCLI
+from copier_lightning_core.platform.project import serve
 from lightning.pytorch import Callback
 
+from scaffold import package_name, snapshot_template
 from scaffold import render as scaffold_render
-from scaffold import snapshot_template
+
+HEALTH = "copier_lightning_core.callbacks.health"  # the callbacks switched off: their modules
 
 
 def render(dest: Path) -> Path:
@@ -57,21 +61,19 @@ def main() -> None:
 
     workdir = Path(tempfile.mkdtemp(prefix="health-bench-"))
     project = options.project or render(workdir)
-    package = next(p.name for p in (project / "src").iterdir() if (p / "cli.py").is_file())
     sys.path.insert(0, str(project / "src"))
-    cli = importlib.import_module(f"{package}.framework.cli")
-    health = f"{package}.framework.callbacks.health"
+    serve(package_name(project))  # the library's CLI reads this project's configs
 
     loop = LoopTimer()
 
     def fit(with_health: bool, name: str) -> tuple[float, float, float]:
-        class BenchCLI(cli.ProjectCLI):
+        class BenchCLI(ProjectCLI):
             def instantiate_trainer(self, **kwargs):
                 trainer = super().instantiate_trainer(**kwargs)
                 trainer.callbacks.append(loop)
                 if not with_health:
                     trainer.callbacks = [
-                        c for c in trainer.callbacks if not type(c).__module__.startswith(health)
+                        c for c in trainer.callbacks if not type(c).__module__.startswith(HEALTH)
                     ]
                 return trainer
 

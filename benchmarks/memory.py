@@ -101,14 +101,18 @@ def child(variant: str, package: str, root: Path, args: argparse.Namespace) -> i
             enable_model_summary=False,
         ).fit(model, datamodule=data)
     else:
-        cli_module = __import__(f"{package}.framework.cli", fromlist=["ProjectCLI"])
-        guard_class = __import__(f"{package}.framework.callbacks.health", fromlist=["NonFiniteGuard"])
+        # Imported here: (b)'s process never loads the library, whose imports take memory too.
+        from copier_lightning_core.callbacks.health import NonFiniteGuard
+        from copier_lightning_core.cli import ProjectCLI
+        from copier_lightning_core.platform.project import serve
 
-        class MeasuredCLI(cli_module.ProjectCLI):
+        serve(package)  # the library's CLI reads this project's configs
+
+        class MeasuredCLI(ProjectCLI):
             def instantiate_trainer(self, **kwargs):
                 trainer = super().instantiate_trainer(**kwargs)
                 for callback in trainer.callbacks:
-                    if isinstance(callback, guard_class.NonFiniteGuard):
+                    if isinstance(callback, NonFiniteGuard):
                         callback.keep_copy = variant == "k"
                 return trainer
 

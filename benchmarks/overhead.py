@@ -35,7 +35,7 @@ change. It runs the same three variants once more, in one child process under va
 (`--instructions-steps` steps after `--instructions-warmup`, a few minutes; 10 steps hold
 exactly one of the default config's logging steps), and prints the instruction ratios
 next to the wall-time ones. Instructions are not time: the
-framework's Python bookkeeping takes more time per instruction than the convolutions'
+library's Python bookkeeping takes more time per instruction than the convolutions'
 vector code, so the instruction ratios understate the wall-time ones; they tell whether
 a change added or removed work, steadily.
 
@@ -48,7 +48,6 @@ Usage: python benchmarks/overhead.py [--repeats 12] [--warmup 10] [--steps 50] [
 
 import argparse
 import contextlib
-import importlib
 import itertools
 import json
 import os
@@ -66,6 +65,8 @@ from typing import Protocol
 
 import torch
 import torch.nn.functional as F
+from copier_lightning_core.cli import ProjectCLI
+from copier_lightning_core.platform.project import serve
 from lightning.pytorch import Callback, LightningModule, Trainer
 
 from scaffold import installed_project
@@ -170,6 +171,12 @@ def fit_args(root: Path, steps: int) -> list[str]:
         f"--trainer.default_root_dir={root}",
         "--test_after_fit=false",
     ]
+
+
+def project_cli(package: str) -> type:
+    """The library's `ProjectCLI`, serving the rendered project `package` (its configs)."""
+    serve(package)
+    return ProjectCLI
 
 
 def build_from_config(cli_class: type, root: Path, steps: int) -> tuple[LightningModule, object]:
@@ -279,7 +286,7 @@ def lockstep_child(package: str, name: str, workdir: Path, steps: int, fds: str)
     """One variant of a lockstep repeat; writes its step times and losses to <name>.json."""
     take_fd, pass_fd = map(int, fds.split(","))
     baton = Baton(take_fd, pass_fd, steps)
-    cli_class = importlib.import_module(f"{package}.framework.cli").ProjectCLI
+    cli_class = project_cli(package)
     with contextlib.redirect_stdout(sys.stderr):
         losses, ran_with = run_variant(name, cli_class, workdir / f"run-{name}", steps, baton)
     result = {"durations": baton.durations, "losses": [float(loss) for loss in losses]}
@@ -421,7 +428,7 @@ def count_instructions(package: str, workdir: Path, args: argparse.Namespace) ->
 def count_child(package: str, workdir: Path, warmup: int, steps: int) -> int:
     """Under callgrind: run (a), (b), (c) once each, counting only their windows."""
     workdir.mkdir(parents=True, exist_ok=True)
-    cli_class = importlib.import_module(f"{package}.framework.cli").ProjectCLI
+    cli_class = project_cli(package)
     with contextlib.redirect_stdout(sys.stderr):
         for name in "abc":
             run_variant(name, cli_class, workdir / name, warmup + steps, CountWindow(warmup, steps))

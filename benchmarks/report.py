@@ -39,7 +39,15 @@ BENCHMARKS = {
         ["--width", "256", "--layers", "2", "--steps", "2", "--repeats", "1"],
     ),
 }
-PACKAGES = ("torch", "lightning", "torchmetrics", "jsonargparse", "numpy", "copier")
+PACKAGES = (
+    "copier-lightning-core",  # the projects' run library: most of what a generated fit adds
+    "torch",
+    "lightning",
+    "torchmetrics",
+    "jsonargparse",
+    "numpy",
+    "copier",
+)
 
 
 @dataclass(frozen=True)

@@ -3,10 +3,10 @@
     .venv/bin/python benchmarks/tune_batch_size.py [--repeats 5] [--project PATH]
 
 Renders this checkout with the default answers (or uses `--project`, a rendered project
-whose dependencies are installed) and runs `tune` on its paced toy (tests/framework/toy.py,
-`ToyPacedRegressor`): a step of n samples sleeps ceil(n / 32) x 0.1 s, so samples/s grow
-up to 32 and stay flat beyond, as on a device whose cores are all busy from 32 samples
-on. 2048 samples let tune time 16, 32, 64 and 128. Which size wins depends on timings, so
+whose dependencies are installed) and runs `tune` on the library's paced toy
+(core/tests/toy.py, `ToyPacedRegressor`): a step of n samples sleeps ceil(n / 32) x 0.1 s,
+so samples/s grow up to 32 and stay flat beyond, as on a device whose cores are all busy
+from 32 samples on. 2048 samples let tune time 16, 32, 64 and 128. Which size wins depends on timings, so
 this is a benchmark and not a test (the template's test holds tune to its rule on the
 rates it reports, and the rule's own test checks the choice on given rates). Each run's
 rates are measured in that run: 128, the largest, is the baseline the others are divided
@@ -24,16 +24,19 @@ from collections import Counter
 from pathlib import Path
 
 import yaml
+from copier_lightning_core import cli
+from copier_lightning_core.platform.project import serve
 
-from scaffold import installed_project, package_name
+from scaffold import REPO, installed_project, package_name
 from stats import spread
 
 SIZES = (16, 32, 64, 128)
 SATURATES_AT = 32
 TOLERANCE = 0.1
+LIBRARY_TESTS = REPO / "core" / "tests"
 
 
-def tune_once(main, fast: list[str], workdir: Path) -> tuple[int, dict[int, float]]:
+def tune_once(fast: list[str], workdir: Path) -> tuple[int, dict[int, float]]:
     """One `tune` on the paced toy: the size it recommends and the samples/s it measured."""
     output = workdir / "tuned.yaml"
     args = [
@@ -44,7 +47,7 @@ def tune_once(main, fast: list[str], workdir: Path) -> tuple[int, dict[int, floa
         f"--model.saturates_at={SATURATES_AT}", "--data=toy.ToyPacedData",
         "--data.num_samples=2048", "--data.item_seconds=0.0", "--checkpoint.monitor=val/loss",
     ]  # fmt: skip
-    if main(args) != 0:
+    if cli.main(args) != 0:
         sys.exit(f"error: tune failed: {' '.join(args)}")
     text = output.read_text()
     chosen = yaml.safe_load(text)["data"]["init_args"]["batch_size"]
@@ -56,13 +59,14 @@ def tune_once(main, fast: list[str], workdir: Path) -> tuple[int, dict[int, floa
 
 
 def measure(project: Path, package: str, repeats: int) -> None:
-    sys.path.insert(0, str(project / "tests" / "framework"))  # toy, harness (pytest's pythonpath)
-    main = __import__(f"{package}.framework.cli", fromlist=["main"]).main
+    sys.path.insert(0, str(project / "src"))  # importable even when not installed
+    serve(package)  # the library's CLI (and its tests' harness) read this project's configs
+    sys.path.insert(0, str(LIBRARY_TESTS))  # toy, harness (the library's pytest pythonpath)
     fast = __import__("harness").FAST
     runs = []
     for repeat in range(repeats):
         with tempfile.TemporaryDirectory(prefix="tune-bench-") as workdir:
-            chosen, rates = tune_once(main, fast, Path(workdir))
+            chosen, rates = tune_once(fast, Path(workdir))
         runs.append((chosen, rates))
         shown = "  ".join(f"{size}: {rates.get(size, 0):5.0f}" for size in SIZES)
         print(f"run {repeat + 1}: samples/s  {shown}   recommended {chosen}")

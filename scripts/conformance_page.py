@@ -43,7 +43,7 @@ transformers models are built from their config classes.
 - **BERT on a plain DataLoader**: `BertForSequenceClassification(BertConfig(hidden_size=32,
   num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, num_labels=2))` whose
   DataModule returns `torch.utils.data.DataLoader(ds, batch_size=8, shuffle=True,
-  num_workers=N)`, no generator: the framework rebuilds it as a `StatefulDataLoader` in a
+  num_workers=N)`, no generator: the library rebuilds it as a `StatefulDataLoader` in a
   one-process run; under DDP and FSDP2 Lightning's `DistributedSampler` orders each epoch;
 - **GAN (manual optimization)**: two MLPs on 2-D points, `automatic_optimization = False`,
   two optimizers and two `manual_backward` per batch: the global step counts 2 per batch
@@ -58,7 +58,8 @@ transformers models are built from their config classes.
   num_res_units=1)` segmenting a box in 16^3 volumes.
 
 The user files are in the template repository's `tests/conformance/`, the cells in
-`tests/test_conformance.py`. Each cell must work, or be refused before any work in one
+`tests/test_conformance.py`; each cell runs a rendered project's command line, that is the
+library `copier-lightning-core` as the checkout's `core/` holds it. Each cell must work, or be refused before any work in one
 paragraph naming the cause and the fix (and then only where the suite records that
 reason). Each run is 2 epochs of 6 batches of 8, a checkpoint every 3 global steps, on CPU.
 "Bit-identical" means `torch.equal` on every weight, buffer, optimizer and scheduler tensor

@@ -12,7 +12,8 @@ So each line of the file is a name and what it clashes with:
 - `stdlib`: a module of the standard library, on any Python the template offers (this
   interpreter's `sys.stdlib_module_names`, typeshed's list of every version's modules, and
   the `test` package);
-- `project:PATH`: a top-level folder of the project, or a module its tests import by name;
+- `project:PATH`: a top-level folder of the project (and, from releases that copied the
+  library into the project, a module its tests imported by name);
 - otherwise the distribution whose import name it is: every top-level import name of every
   distribution the generated project installs, that is pip and the dependencies, extras
   and dependency groups of its pyproject.toml (every logger chosen), then theirs, as they
@@ -72,6 +73,7 @@ def pyproject_of_template() -> dict:
         "license": "MIT",
         "python_version": questions["python_version"]["default"],
         "loggers": list(questions["loggers"]["choices"].values()),
+        "library_version": questions["library_version"]["default"],
     }
     text = (TEMPLATE / "pyproject.toml.jinja").read_text()
     return tomllib.loads(jinja2.Environment().from_string(text).render(answers))
@@ -100,6 +102,10 @@ def import_names(dist: metadata.Distribution) -> set[str]:
             names.add(top)
         elif path.suffix in (".py", ".so", ".pyd"):  # foo.py, foo.cpython-311-x86_64-linux-gnu.so
             names.add(top.split(".")[0])
+    if not names and any(path.suffix == ".pth" for path in dist.files or []):
+        # An editable install (the library, from core/) lists a .pth file, not its modules:
+        # its import name is taken to be its normalized name.
+        names.add(canonicalize_name(dist.metadata["Name"]).replace("-", "_"))
     return {name for name in names if name.isidentifier()}
 
 
@@ -147,17 +153,12 @@ def stdlib_names() -> set[str]:
 
 
 def project_names() -> dict[str, str]:
-    """The project's top-level folders, and the modules its tests import by name (pythonpath)."""
-    names = {
+    """The project's top-level folders."""
+    return {
         path.name: f"project:{path.name}/"
         for path in TEMPLATE.iterdir()
         if path.is_dir() and path.name.isidentifier()
     }
-    for path in sorted((TEMPLATE / "tests" / "framework").iterdir()):
-        stem = path.name.removesuffix(".jinja").removesuffix(".py")
-        if path.name.endswith((".py", ".py.jinja")) and not stem.startswith("test_"):
-            names[stem] = f"project:tests/framework/{stem}.py"
-    return names
 
 
 def computed(pyproject: dict) -> tuple[dict[str, str], list[str]]:

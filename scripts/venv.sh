@@ -74,3 +74,8 @@ torch_pin="$(mktemp)"
 "$py" -c "import torch; print('torch==' + torch.__version__.split('+')[0])" >"$torch_pin"
 "$py" -m pip install -q --group test -c "$torch_pin"
 rm -f "$torch_pin"
+# The projects' run library, built from this checkout (core/) and installed editable, so
+# the renders' pin `copier-lightning-core~=X.Y.Z` is met without a release on the index
+# and a change under core/ is what the next command runs. Its dependencies are in the
+# `test` group above.
+"$py" -m pip install -q --no-deps --no-build-isolation -e ./core

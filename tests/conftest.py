@@ -17,6 +17,8 @@ import pytest
 from filelock import FileLock
 
 REPO = Path(__file__).resolve().parents[1]
+LIBRARY = REPO / "core"  # copier-lightning-core, installed editable by scripts/venv.sh
+LIBRARY_TESTS = LIBRARY / "tests"
 sys.path.insert(0, str(REPO / "benchmarks"))
 from scaffold import (  # noqa: E402  (the benchmarks' scaffolding, shared with the suite)
     install_editable,
@@ -189,6 +191,13 @@ def assert_project_tests_pass(project: Path, *pytest_args: str) -> str:
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     assert " passed" in result.stdout.splitlines()[-1]
     return result.stdout
+
+
+def library_tests_pass(project: Path, *pytest_args: str) -> str:
+    """Run the library's suite (core/tests) with a generated project as its working folder,
+    which is how it finds the project's configs; it must pass. Its output."""
+    settings = ["-c", str(LIBRARY / "pyproject.toml"), "--rootdir", str(LIBRARY)]
+    return assert_project_tests_pass(project, *settings, *pytest_args)
 
 
 def project_command(project: Path, package: str, *args: str) -> subprocess.CompletedProcess:

@@ -10,7 +10,7 @@ files and their configs.
 - `vit`: ViTForImageClassification with dropout (random numbers drawn at every step);
 - `gpt2`: GPT2LMHeadModel (tied input/output embeddings, dict batches with an attention mask);
 - `plain`: BertForSequenceClassification on a plain `torch.utils.data.DataLoader` (no
-  generator, no LoaderOptions: the framework rebuilds it for an exact resume);
+  generator, no LoaderOptions: the library rebuilds it for an exact resume);
 - `gan`: manual optimization, two optimizers, two `manual_backward` per batch (two
   optimizer steps per batch: OPTIMIZER_STEPS_PER_BATCH scales the steps cells expect);
 - `peft`: peft's LoRA adapters on LlamaForCausalLM, the base frozen;
@@ -214,9 +214,9 @@ class Matrix:
         """The same command in this process (no interpreter start, no imports: faster)."""
         from importlib import import_module
 
-        main = import_module(f"{self.package}.framework.cli").main
+        main = import_module("copier_lightning_core.cli").main
         try:
-            status = main(list(args))
+            status = main(list(args), project=self.package)
         except SystemExit as stop:
             if isinstance(stop.code, str):
                 raise Refused(stop.code) from None
@@ -352,7 +352,7 @@ def last_checkpoint(root: Path) -> dict:
 def assert_identical(m: "Matrix", resumed: dict, reference: dict, what: str) -> None:
     from importlib import import_module
 
-    compare = import_module(f"{m.package}.framework.tools.determinism").compare_checkpoints
+    compare = import_module("copier_lightning_core.tools.determinism").compare_checkpoints
     if resumed.get("global_step") != reference.get("global_step"):
         raise CellFailed(
             f"{what}: ended at global step {resumed.get('global_step')}, "

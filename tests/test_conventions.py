@@ -19,11 +19,14 @@ from packaging.requirements import Requirement  # tomllib is 3.11+, the suite ru
 
 from conftest import REPO
 from scaffold import GIT_IDENTITY, git, snapshot_template
-from test_update import PATHS_DOC, PATHS_PY, commit_all, copy_at, release
+from test_update import commit_all, copy_at, release
 
 BIN = Path(sys.executable).parent  # copier, mypy, zizmor, check-jsonschema of this venv
 ENV = {**os.environ, **GIT_IDENTITY, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
 SESSIONS = {"tests", "lint", "typecheck", "docs"}
+# A template-owned file and a line of it that a later release may reword.
+MAIN_PY = "template/src/{{package_name}}/__main__.py"
+MAIN_DOC = "the project's command line, run by copier-lightning-core."
 
 
 def run(cwd: Path, *command: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -77,10 +80,10 @@ def test_the_project_version_is_its_own_not_the_templates_tag():
     assert 'version = "0.1.0"\n' in text and "dynamic" not in text and "_commit" not in text
 
 
-def test_mypy_is_clean_on_the_framework(rendered, request, tmp_path):
+def test_mypy_is_clean_on_what_it_is_given(rendered, request, tmp_path):
     project = rendered("defaults")
     config = pyproject(project)["tool"]["mypy"]
-    assert config["files"] == ["src/default_probe/framework"]
+    assert config["files"] == ["src/default_probe/__main__.py"]
     # Strict, with the error codes the Scientific Python development guide turns on.
     assert config["strict"] and config["warn_unreachable"]
     assert set(config["enable_error_code"]) == {
@@ -102,8 +105,8 @@ def test_nox_lists_the_sessions_ci_runs(rendered, answers):
     project = rendered(answers)
     listed = yaml.safe_load(passes(project, sys.executable, "-m", "nox", "-l", "--json"))
     assert {session["name"] for session in listed} == SESSIONS  # what a bare `nox` runs
-    # The deep tier is there, on demand only (the guide's `default=False`).
-    assert "- framework ->" in passes(project, sys.executable, "-m", "nox", "-l")
+    # The lowest versions are there, on demand only (the guide's `default=False`).
+    assert "- lowest ->" in passes(project, sys.executable, "-m", "nox", "-l")
     assert (project / "noxfile.py").stat().st_mode & 0o100  # `./noxfile.py` runs it (uv)
     noxfile = (project / "noxfile.py").read_text()
     assert ("zizmor" in noxfile) == (answers == "defaults")  # only where there are workflows
@@ -139,7 +142,8 @@ def test_ci_runs_the_contract_on_the_lowest_version_each_bound_allows(rendered):
         pin = pins.pop(requirement.name)
         (specifier,) = pin.specifier
         assert specifier.operator == "==" and requirement.specifier.contains(specifier.version)
-        assert f">={specifier.version}" in str(requirement.specifier), (pin, requirement)
+        lowest = (f">={specifier.version}", f"~={specifier.version}")
+        assert any(bound in str(requirement.specifier) for bound in lowest), (pin, requirement)
     assert not pins, f"pinned but not asked for: {pins}"
 
 
@@ -156,12 +160,6 @@ def test_the_docs_site_builds_strictly_from_the_projects_own_files(rendered, tmp
     presets = {path.stem for path in (project / "configs" / "presets").glob("*.yaml")}
     assert presets and {p.name for p in (site / "presets").iterdir() if p.is_dir()} == presets
     assert not (site / "hooks.py").exists()
-    # The framework's rooms, drawn from the code: every room, every module of it.
-    framework = (site / "framework" / "index.html").read_text()
-    package = project / "src" / "default_probe" / "framework"
-    for room in ("tools", "run", "callbacks", "checkpoints", "platform"):
-        assert f"{room}/" in framework and (package / room / "__init__.py").is_file(), room
-    assert "lightning_cli.py" in framework and "health/nonfinite.py" in framework
 
 
 # --- GitHub: workflows, dependabot, zizmor -------------------------------------------------
@@ -371,41 +369,36 @@ def test_template_update_brings_a_release_and_describes_it(project_at_v010):
     assert first.returncode == 0 and "Already up to date" in first.stderr, first.stderr
     assert git(project, "status", "--porcelain") == ""
 
-    fixed = PATHS_DOC.replace("root.", "root (`~` expanded).")
+    fixed = MAIN_DOC.replace("core.", "core (fixed).")
     entry = "- **New:** paths expand `~`."
     release(
         template,
         "v0.2.0",
         [
-            (PATHS_PY, PATHS_DOC, fixed),
+            (MAIN_PY, MAIN_DOC, fixed),
             ("CHANGELOG.md", "## Unreleased\n", f"## Unreleased\n\n{entry}\n"),
         ],
     )
     result = template_update(project)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert (
-        fixed
-        in (project / "src" / "update_probe" / "framework" / "platform" / "paths.py").read_text()
-    )
+    assert fixed in (project / "src" / "update_probe" / "__main__.py").read_text()
     description = (project.parent / "pr.md").read_text()
     assert "v0.1.0 to v0.2.0" in description
-    assert entry in description and "framework/platform/paths.py" in description
+    assert entry in description and "src/update_probe/__main__.py" in description
 
 
 def test_template_update_fails_naming_the_conflicting_file(project_at_v010):
     template, project = project_at_v010
-    paths_py = project / "src" / "update_probe" / "framework" / "platform" / "paths.py"
-    paths_py.write_text(
-        paths_py.read_text().replace(PATHS_DOC, PATHS_DOC.replace("root.", "root, mine."))
+    main_py = project / "src" / "update_probe" / "__main__.py"
+    main_py.write_text(
+        main_py.read_text().replace(MAIN_DOC, MAIN_DOC.replace("core.", "core, mine."))
     )
     commit_all(project, "my wording")
-    release(
-        template, "v0.2.0", [(PATHS_PY, PATHS_DOC, PATHS_DOC.replace("root.", "root, theirs."))]
-    )
+    release(template, "v0.2.0", [(MAIN_PY, MAIN_DOC, MAIN_DOC.replace("core.", "core, theirs."))])
     result = template_update(project)
     assert result.returncode == 1
     assert "conflicts with local edits" in result.stderr
-    assert "src/update_probe/framework/platform/paths.py" in result.stderr
+    assert "src/update_probe/__main__.py" in result.stderr
 
 
 # --- scripts/release.sh in a throwaway copy of this checkout ----------------------------

@@ -4,7 +4,7 @@ What a new user does first: render, delete the example and its tests, add their 
 (tests/own_project/tagger.py: a transformer on token sequences, dict batches, plain
 DataLoaders over a list-backed Dataset, `val_ce` / `val_hit_rate` metrics, no
 `num_classes`), point `configs/default.yaml` at it, then run the project's tests and every
-command its README shows. Nothing of the framework is edited.
+command its README shows. Nothing of the library is edited.
 """
 
 import csv
@@ -16,14 +16,20 @@ import pytest
 import torch
 import yaml
 
-from conftest import assert_project_tests_pass, project_command, render
+from conftest import (
+    LIBRARY_TESTS,
+    assert_project_tests_pass,
+    library_tests_pass,
+    project_command,
+    render,
+)
 from scaffold import git, install_editable, uninstall
 
 OWN = Path(__file__).parent / "own_project"
 PACKAGE = "own_model_probe"
 EXAMPLE = ("src/{package}/model.py", "src/{package}/nets.py", "src/{package}/data.py")
 EXAMPLE_TESTS = ("tests/test_data.py", "tests/test_model.py", "tests/test_accuracy.py")
-# The deep tier's files whose tests read the project's configs/ and files as they are: its
+# The library suite's files whose tests read the project's configs/ and files as they are: its
 # default config and the model and data it names, the shipped presets and experiments.
 OWN_CONFIG = (
     "test_smoke.py",
@@ -98,13 +104,11 @@ def test_the_projects_own_tests_pass_unchanged_after_the_example_is_replaced(pro
     output = assert_project_tests_pass(project, "-rs")
     skipped = [line for line in output.splitlines() if line.startswith("SKIPPED")]
     assert not skipped, output[-3000:]
-    # The deep tier's tests that read the project's own configs and files: the toy-based
+    # The library's tests that read the project's own configs and files: the toy-based
     # rest names its model and data, and overrides the values this user changed (max_epochs,
     # the checkpoint monitor: harness.FAST, FLAVOURS), so it runs as on the default render
     # (test_generated_projects runs all of it there).
-    assert_project_tests_pass(
-        project, "-m", "not slow", *(f"tests/framework/{n}" for n in OWN_CONFIG)
-    )
+    library_tests_pass(project, "-m", "not slow", *(f"{LIBRARY_TESTS}/{n}" for n in OWN_CONFIG))
 
 
 @pytest.mark.slow

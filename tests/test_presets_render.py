@@ -32,7 +32,7 @@ def test_presets_and_scripts_are_rendered_for_the_package(rendered, name):
     assert shipped == sorted(PRESETS)
     compile_preset = yaml.safe_load((project / "configs/presets/compile.yaml").read_text())
     (callback,) = compile_preset["trainer"]["callbacks+"]  # appended, never a replacement
-    assert callback["class_path"] == f"{package}.framework.callbacks.compile.TorchCompile"
+    assert callback["class_path"] == "copier_lightning_core.callbacks.compile.TorchCompile"
     for script in ("torchrun.sh", "slurm.sbatch"):
         path = project / "scripts" / script
         assert f"-m {package} fit" in path.read_text()

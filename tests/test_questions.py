@@ -24,7 +24,7 @@ def test_package_name_derives_from_project_name(template, tmp_path, project_name
     project = render(template, tmp_path / "p", {"project_name": project_name}, skip_tasks=True)
     answers = yaml.safe_load((project / ".copier-answers.yml").read_text())
     assert answers["package_name"] == expected
-    assert (project / "src" / expected / "framework" / "cli.py").is_file()
+    assert (project / "src" / expected / "__main__.py").is_file()
 
 
 BAD_ANSWERS = [
@@ -33,7 +33,8 @@ BAD_ANSWERS = [
     ({"package_name": "yaml"}, "(from the package PyYAML)"),  # lightning's dependency
     ({"package_name": "json"}, 'package_name "json" is a module of Python\'s standard library'),
     ({"package_name": "class"}, 'package_name "class" is a Python keyword'),
-    ({"package_name": "toy"}, "the project's own tests/framework/toy.py"),
+    ({"package_name": "toy"}, "the project's own tests/framework/toy.py"),  # older releases
+    ({"package_name": "copier_lightning_core"}, "(from the package copier-lightning-core)"),
     ({"package_name": "1model"}, "not a lower-case Python identifier"),
     ({"package_name": "Bad-Name"}, "not a lower-case Python identifier"),
     ({"package_name": "_"}, 'package_name "_" starts or ends with "_"'),

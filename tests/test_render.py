@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from nox.project import load_toml  # tomllib is 3.11+, the suite runs on 3.10 too
 
-from conftest import ANSWER_SETS, render
+from conftest import ANSWER_SETS, REPO, render
 from scaffold import git, package_name
 
 RUFF = [sys.executable, "-m", "ruff"]
@@ -48,8 +49,8 @@ def test_render_is_complete_and_lint_clean(rendered, name):
         ".pre-commit-config.yaml",
         "configs/default.yaml",
         f"src/{package}/__main__.py",
-        f"src/{package}/framework/cli.py",
-        "tests/framework/conftest.py",
+        f"src/{package}/model.py",
+        "tests/test_contract.py",
     ):
         assert (project / required).is_file(), required
     for command in (["check", "--no-cache", "."], ["format", "--check", "--no-cache", "."]):
@@ -134,7 +135,7 @@ def test_copy_makes_a_git_repository_with_a_clean_first_commit(rendered):
 def test_skip_tasks_still_yields_a_complete_project(template, tmp_path):
     project = render(template, tmp_path / "p", {"project_name": "No Tasks"}, skip_tasks=True)
     assert not (project / ".git").exists()
-    assert (project / "src" / "no_tasks" / "framework" / "cli.py").is_file()
+    assert (project / "src" / "no_tasks" / "__main__.py").is_file()
 
 
 def test_copy_into_an_existing_repository_does_not_nest_one(template, tmp_path):
@@ -146,3 +147,11 @@ def test_copy_into_an_existing_repository_does_not_nest_one(template, tmp_path):
     assert (
         git(outer, "rev-list", "--all", "--count").strip() == "0"
     )  # nothing committed for the user
+
+
+def test_the_project_pins_the_librarys_release_line_of_this_checkout(rendered):
+    """`copier-lightning-core~=X.Y.Z`, X.Y.Z being core/pyproject.toml's version: a render
+    asks for the library this checkout builds, and `pip install` of it finds that one."""
+    library = load_toml(REPO / "core" / "pyproject.toml")["project"]
+    project = load_toml(rendered("defaults") / "pyproject.toml")["project"]
+    assert f"copier-lightning-core~={library['version']}" in project["dependencies"]

@@ -22,11 +22,10 @@ from typing import Any, Literal
 import lightning as L
 import numpy as np
 import torch
+from copier_lightning_core import LoaderOptions, Refusal, project_path
 from jsonargparse.typing import NonNegativeInt, PositiveInt
 from torch.utils.data import Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
-
-from copier_lightning_core import LoaderOptions, Refusal, project_path
 
 SPLITS = ("train", "val", "test")
 # What a write fails with on a full disk, or over a user's quota (HPC home folders).

@@ -9,12 +9,11 @@ from collections.abc import Iterable
 import lightning as L
 import torch
 import torch.nn.functional as F
+from copier_lightning_core import logs_this_step
 from lightning.pytorch.cli import LRSchedulerCallable, OptimizerCallable
 from torch import nn
 from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, SequentialLR
 from torchmetrics.classification import MulticlassAccuracy
-
-from copier_lightning_core import logs_this_step
 
 
 def adamw(params: Iterable[torch.Tensor]) -> torch.optim.Optimizer:

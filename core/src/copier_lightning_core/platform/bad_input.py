@@ -186,14 +186,14 @@ def _check_optimizer(
     except ValueError as error:
         # The argument torch refuses on its own; a combination refused as a whole names none.
         culprits = [key for key in given if _refused(optimizer, probe, key, given[key])]
-        name, program = optimizer.__name__, f"{program()} fit"
+        name, fit = optimizer.__name__, f"{program()} fit"
         where = f"{flag}.{culprits[0]} {given[culprits[0]]}" if culprits else flag
         known = inspect.signature(optimizer).parameters
         default = known[culprits[0]].default if culprits and culprits[0] in known else None
         hint = f" (its default: {default})" if isinstance(default, int | float) else ""
         raise Refusal(
             f"{where} ({name}): torch refuses it ({error}), as it would when the fit builds "
-            f"the optimizer. Give a value {name} accepts{hint}; `{program} {flag}.help {name}` "
+            f"the optimizer. Give a value {name} accepts{hint}; `{fit} {flag}.help {name}` "
             "lists its arguments."
         ) from None
 

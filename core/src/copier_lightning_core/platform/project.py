@@ -14,10 +14,14 @@ The project's root is the folder above `src/` that holds its package.
 import functools
 import importlib.util
 import sys
-import tomllib
 from pathlib import Path
 
 from .refusal import Refusal
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: tomllib's origin, a dependency there (pyproject.toml)
+    import tomli as tomllib
 
 LIBRARY = __package__.split(".")[0]
 SETTINGS_TABLE = "copier-lightning-core"  # [tool.<this>] in a project's pyproject.toml
@@ -56,7 +60,7 @@ def _from_pyproject(start: Path) -> str | None:
 @functools.cache
 def project_package() -> str:
     """The import name of the project's package."""
-    package = (_handed or [None])[0] or _from_main_module() or _from_pyproject(Path.cwd())
+    package = next(iter(_handed), None) or _from_main_module() or _from_pyproject(Path.cwd())
     if package is None:
         raise Refusal(
             "no project is known to this process: run the command as `python -m <package>` "

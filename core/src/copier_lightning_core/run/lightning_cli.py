@@ -39,10 +39,10 @@ from ..checkpoints.load import check_weights_file, check_weights_fit
 from ..checkpoints.provenance import CheckpointProvenance
 from ..platform.bad_input import refuse_bad_input
 from ..platform.paths import (
-    default_config,
     DEFAULT_EXPERIMENT,
     RUNS,
     RunLayout,
+    default_config,
     project_path,
     unused_name,
 )

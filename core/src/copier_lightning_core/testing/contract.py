@@ -13,7 +13,8 @@ skipped, saying so); validate, test and predict from the
 checkpoint; an export whose ONNX and safetensors copies match the eager model on
 `example_input_array` (skipped, saying why, when the module sets none and its validation
 batches are not a tensor or an (inputs, target) pair); and every sweep spec and experiment
-file under configs/ parsing against the configured model and data.
+file under configs/ parsing against the configured model and data; and the owner's files importing only the
+library's public names.
 
 Every run is the configured one (model, data, optimizer, seed, callbacks) cut short by
 Trainer flags: 2 epochs of at most 4 batches, 2 validation batches, a last.ckpt every 2
@@ -28,6 +29,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -40,8 +42,10 @@ from copier_lightning_core.cli import main
 from copier_lightning_core.platform.paths import default_config, project_path
 from copier_lightning_core.platform.project import project_package, project_root
 from copier_lightning_core.run.resolve import resolve_config
+from copier_lightning_core.testing.public_api import owner_files, private_imports
 from copier_lightning_core.tools.determinism import compare_checkpoints
 
+Fitted = tuple[ProjectCLI, Path]  # one uninterrupted fit, and its checkpoints folder
 EPOCHS, BATCHES = 2, 4  # training batches per epoch
 SAVE_EVERY = 2  # optimizer steps between last.ckpt saves
 CUT_SHORT = [
@@ -71,7 +75,7 @@ def every_2_steps_config(folder: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def every_2_steps(tmp_path_factory) -> Path:
+def every_2_steps(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return every_2_steps_config(tmp_path_factory.mktemp("contract"))
 
 
@@ -86,26 +90,27 @@ def fit_args(root: Path, every_2_steps: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def fitted(tmp_path_factory, every_2_steps) -> tuple[ProjectCLI, Path]:
+def fitted(tmp_path_factory: pytest.TempPathFactory, every_2_steps: Path) -> Fitted:
     """One uninterrupted fit of the configured model and data, in this process."""
     root = tmp_path_factory.mktemp("contract") / "uninterrupted"
     cli = ProjectCLI(args=fit_args(root, every_2_steps))
     return cli, root / "checkpoints"
 
 
-def load(path: Path) -> dict:
-    return torch.load(path, map_location="cpu", weights_only=True)
+def load(path: Path) -> dict[str, Any]:
+    loaded: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
+    return loaded
 
 
 def batches_trained(cli: ProjectCLI) -> int:
-    return cli.trainer.fit_loop.epoch_loop.batch_progress.total.completed
+    return int(cli.trainer.fit_loop.epoch_loop.batch_progress.total.completed)
 
 
 def steps_per_batch(cli: ProjectCLI) -> float:
     """Optimizer steps per training batch, as the run made them: `global_step` counts
     optimizer steps, one per batch under automatic optimization, one per `optimizer.step()`
     under manual optimization (a GAN's two optimizers: two per batch)."""
-    return cli.trainer.global_step / max(1, batches_trained(cli))
+    return float(cli.trainer.global_step / max(1, batches_trained(cli)))
 
 
 def last_save(batches: int, per_batch: int) -> int:
@@ -116,7 +121,7 @@ def last_save(batches: int, per_batch: int) -> int:
     return max(n * per_batch for n in range(batches + 1) if n * per_batch % SAVE_EVERY == 0)
 
 
-def test_fit_trains_the_configured_model_and_checkpoints_it(fitted):
+def test_fit_trains_the_configured_model_and_checkpoints_it(fitted: Fitted) -> None:
     cli, checkpoints = fitted
     assert batches_trained(cli) == EPOCHS * BATCHES, (
         f"{EPOCHS * BATCHES} training batches expected (2 epochs of {BATCHES}), "
@@ -147,7 +152,9 @@ KILLS = {
 
 
 @pytest.mark.parametrize("kill", list(KILLS))
-def test_a_killed_run_resumes_bit_identical(kill, fitted, every_2_steps, tmp_path):
+def test_a_killed_run_resumes_bit_identical(
+    kill: str, fitted: Fitted, every_2_steps: Path, tmp_path: Path
+) -> None:
     """SIGKILL to the run's process group (DataLoader workers too), then `--ckpt_path last`:
     every checkpoint the resumed run writes equals the uninterrupted run's, tensor for tensor."""
     cli, reference = fitted
@@ -205,7 +212,7 @@ def test_a_killed_run_resumes_bit_identical(kill, fitted, every_2_steps, tmp_pat
         assert difference is None, f"{name}: the resumed run differs first at {difference}"
 
 
-def test_validate_test_and_predict_run_from_the_checkpoint(fitted, tmp_path):
+def test_validate_test_and_predict_run_from_the_checkpoint(fitted: Fitted, tmp_path: Path) -> None:
     cli, checkpoints = fitted
     root = f"--trainer.default_root_dir={tmp_path / 'evaluated'}"
     ckpt = f"--ckpt_path={checkpoints / 'last.ckpt'}"
@@ -222,7 +229,7 @@ def test_validate_test_and_predict_run_from_the_checkpoint(fitted, tmp_path):
     assert len(written) == 1 and written[0].stat().st_size > 0, written
 
 
-def test_export_matches_the_model_on_a_sample_input(fitted, tmp_path):
+def test_export_matches_the_model_on_a_sample_input(fitted: Fitted, tmp_path: Path) -> None:
     """ONNX and safetensors copies against the eager model, on `example_input_array` (or,
     without one, the inputs of a validation batch that is a tensor or an (inputs, target) pair)."""
     _, checkpoints = fitted
@@ -244,7 +251,7 @@ EXPERIMENT_FILES = sorted(project_path("configs/experiments").glob("*.yaml"))
 
 
 @pytest.mark.parametrize("spec", SWEEP_SPECS, ids=lambda path: path.name)
-def test_a_sweep_spec_parses_against_the_configured_run(spec):
+def test_a_sweep_spec_parses_against_the_configured_run(spec: Path) -> None:
     pytest.importorskip("optuna", reason='sweeps need the sweep extra: pip install -e ".[sweep]"')
     from copier_lightning_core.tools.sweep import command
     from copier_lightning_core.tools.sweep.spec import load_spec
@@ -256,6 +263,22 @@ def test_a_sweep_spec_parses_against_the_configured_run(spec):
 
 
 @pytest.mark.parametrize("experiment", EXPERIMENT_FILES, ids=lambda path: path.name)
-def test_an_experiment_file_parses_against_the_configured_run(experiment):
+def test_an_experiment_file_parses_against_the_configured_run(experiment: Path) -> None:
     resolved = resolve_config([f"--experiment={experiment.stem}"])
     assert resolved["model"] and resolved["data"]
+
+
+def test_your_files_import_only_the_librarys_public_names() -> None:
+    """A later release of the library within the pin may move anything else."""
+    root = project_root()
+    problems = [
+        f"{path.relative_to(root)}:{line}: {statement}"
+        for path in owner_files(root)
+        for line, statement in private_imports(path.read_text(encoding="utf-8"))
+    ]
+    assert not problems, (
+        "These imports reach inside copier_lightning_core, whose modules a later release may "
+        "rename or move; import only what `copier_lightning_core.__all__` lists "
+        "(LoaderOptions, ProjectCLI, Refusal, logs_this_step, project_path), or copy what "
+        "you need into your own code:\n" + "\n".join(problems)
+    )

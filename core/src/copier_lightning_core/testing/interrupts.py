@@ -13,6 +13,7 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import lightning as L
 
@@ -38,7 +39,7 @@ class KillAt(L.Callback):
             return
         fsync = os.fsync
 
-        def fsync_then_die(fd: int) -> None:
+        def fsync_then_die(fd: Any) -> None:  # an int, as the checkpoint writer passes it
             if trainer.global_step == self.step:
                 os.ftruncate(fd, os.fstat(fd).st_size // 2)  # a write cut short
                 os.kill(os.getpid(), self.signal)
@@ -46,16 +47,32 @@ class KillAt(L.Callback):
 
         os.fsync = fsync_then_die
 
-    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         self._fire(trainer, "train_batch")
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
         self._fire(trainer, "after_batch")
 
-    def on_train_epoch_start(self, trainer, pl_module) -> None:
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._fire(trainer, "epoch_start")
 
-    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+    def on_validation_batch_start(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
         if batch_idx == 1 and not trainer.sanity_checking:
             self._fire(trainer, "validation")
 
@@ -118,7 +135,7 @@ class PauseAt(KillAt):
             return
         fsync = os.fsync
 
-        def fsync_after_signal(fd: int) -> None:
+        def fsync_after_signal(fd: Any) -> None:  # an int, as the checkpoint writer passes it
             if trainer.global_step == self.step and not trainer.received_sigterm:
                 self._wait(trainer)
             fsync(fd)

@@ -34,7 +34,6 @@ from .registry import CHECKS, FAIL, PASS, WARN, Check, Result
 from .trial import STEPS, trials, try_fit
 
 
-
 def usage() -> str:
     return (__doc__ or "").replace("<package>", project_package())
 
