@@ -5,10 +5,13 @@ v0.1.0, the test edits the template as a later release would and tags v0.2.0, ..
 updates to the latest tag, exactly as a user's `copier update --trust` does.
 """
 
+import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import copier
@@ -22,8 +25,11 @@ from scaffold import git, install_editable, package_name, snapshot_template, uni
 HEADER = "# Managed by the template; local edits are merged on update."
 CONFLICT_MARKER = re.compile(r"^(<<<<<<<|=======|>>>>>>>)( |$)", re.MULTILINE)
 PACKAGE = "update_probe"
-PATHS_PY = "template/src/{{package_name}}/framework/platform/paths.py"
-PATHS_DOC = '"""`path` itself when absolute, else the same path under the project root."""'
+# A template-owned file (it starts with HEADER) and one line of it, for fixes and conflicts.
+INIT_PY = "template/src/{{package_name}}/__init__.py"
+INIT_DOC = (
+    '"""The project\'s package: model, data and networks, plus the command line around them."""'
+)
 
 
 def copy_at(template: Path, dest: Path, tag: str, **answers) -> Path:
@@ -40,15 +46,15 @@ def copy_at(template: Path, dest: Path, tag: str, **answers) -> Path:
 
 
 def update(project: Path, **kwargs) -> None:
-    """`copier update --trust --defaults --conflict inline` to the latest release."""
+    """`copier update --trust --defaults --conflict inline` (copier's default) to the latest
+    release; `conflict="rej"` for `--conflict rej`."""
     copier.run_update(
         str(project),
         overwrite=True,
         unsafe=True,
         defaults=True,
         quiet=True,
-        conflict="inline",
-        **kwargs,
+        **{"conflict": "inline", **kwargs},
     )
 
 
@@ -124,10 +130,10 @@ def test_ownership_rule_headers_and_readme_agree(rendered):
         assert any(Path(name).name in line for line in yours), (
             f"docs/layout.md does not mark {name} as yours"
         )
-    framework = project / "src" / package_name(project) / "framework"
-    for entry in framework.iterdir():
-        if entry.name != "__pycache__":
-            assert entry.name in layout, f"docs/layout.md's tree lacks framework/{entry.name}"
+    for folder in (project / "src" / package_name(project), project / "tests"):
+        for entry in folder.iterdir():
+            if entry.name != "__pycache__":
+                assert entry.name in layout, f"docs/layout.md's tree lacks {entry.name}"
     for path in [*project.glob("src/**/*.py"), *project.glob("tests/**/*.py")]:
         name = path.relative_to(project).as_posix()
         has_header = path.read_text().startswith(HEADER + "\n")
@@ -150,12 +156,12 @@ def test_update_brings_template_fixes_and_keeps_user_edits(release_a, tmp_path):
         append_line(path, f"# my own line in {path.name}")
     commit_all(project, "my model, network, data and config")
 
-    fixed_doc = PATHS_DOC.replace("root.", "root (`~` expanded).")
+    fixed_doc = INIT_DOC.replace("them.", "them (fixed).")
     release(
         release_a,
         "v0.2.0",
         [
-            (PATHS_PY, PATHS_DOC, fixed_doc),  # a fix in a template-owned file
+            (INIT_PY, INIT_DOC, fixed_doc),  # a fix in a template-owned file
             (
                 "template/configs/default.yaml.jinja",
                 "log_every_n_steps: 10 ",
@@ -171,7 +177,7 @@ def test_update_brings_template_fixes_and_keeps_user_edits(release_a, tmp_path):
     )
     update(project)
 
-    assert fixed_doc in (package / "framework" / "platform" / "paths.py").read_text()
+    assert fixed_doc in (package / "__init__.py").read_text()
     config = (project / "configs" / "default.yaml").read_text()
     assert "log_every_n_steps: 5 " in config, "the template's config change was not merged"
     for path in mine:
@@ -182,19 +188,13 @@ def test_update_brings_template_fixes_and_keeps_user_edits(release_a, tmp_path):
     assert answers(project)["_commit"] == "v0.2.0"
     commit_all(project, "update to v0.2.0")
 
-    # The updated framework is the suite's own template with the release's edits, whose
+    # The updated project is the suite's own template with the release's edits, whose
     # whole suite test_generated_projects runs: here, that the merged project still
     # parses its config, trains and passes the user's tests.
     install_editable(project)
     try:
         assert_project_tests_pass(
-            project,
-            "-m",
-            "not slow",
-            "tests/framework/test_smoke.py",
-            "tests/framework/test_cli.py",
-            "tests/test_model.py",
-            "tests/test_data.py",
+            project, "-m", "not slow", "tests/test_model.py", "tests/test_data.py"
         )
     finally:
         uninstall(PACKAGE)
@@ -204,17 +204,17 @@ def test_same_lines_changed_on_both_sides_conflict_inline_and_pre_commit_refuses
     release_a, tmp_path
 ):
     project = copy_at(release_a, tmp_path / "project", "v0.1.0")
-    paths_py = project / "src" / PACKAGE / "framework" / "platform" / "paths.py"
-    mine = PATHS_DOC.replace("root.", "root, as I need it.")
-    paths_py.write_text(paths_py.read_text().replace(PATHS_DOC, mine))
+    init_py = project / "src" / PACKAGE / "__init__.py"
+    mine = INIT_DOC.replace("them.", "them, as I need it.")
+    init_py.write_text(init_py.read_text().replace(INIT_DOC, mine))
     commit_all(project, "my wording")
-    theirs = PATHS_DOC.replace("root.", "root (`~` expanded).")
-    release(release_a, "v0.2.0", [(PATHS_PY, PATHS_DOC, theirs)])
+    theirs = INIT_DOC.replace("them.", "them (fixed).")
+    release(release_a, "v0.2.0", [(INIT_PY, INIT_DOC, theirs)])
     update(project)
 
     assert not list(project.rglob("*.rej")), "copier left a .rej instead of inline markers"
-    assert files_with_conflicts(project) == [f"src/{PACKAGE}/framework/platform/paths.py"]
-    text = paths_py.read_text()
+    assert files_with_conflicts(project) == [f"src/{PACKAGE}/__init__.py"]
+    text = init_py.read_text()
     assert "<<<<<<< before updating" in text and ">>>>>>> after updating" in text
     assert mine in text and theirs in text
 
@@ -228,7 +228,7 @@ def test_same_lines_changed_on_both_sides_conflict_inline_and_pre_commit_refuses
             "run",
             "check-merge-conflict",
             "--files",
-            f"src/{PACKAGE}/framework/platform/paths.py",
+            f"src/{PACKAGE}/__init__.py",
         ],
         cwd=project,
         capture_output=True,
@@ -243,7 +243,7 @@ def test_update_to_the_same_release_changes_nothing(release_a, tmp_path):
     project = copy_at(release_a, tmp_path / "project", "v0.1.0")
     for name in (
         f"src/{PACKAGE}/model.py",
-        f"src/{PACKAGE}/framework/cli.py",
+        f"src/{PACKAGE}/__main__.py",
         "configs/default.yaml",
     ):
         append_line(project / name, "# my own line")
@@ -389,13 +389,17 @@ def test_changing_package_name_on_update_is_refused_before_anything_changes(rele
 
 FLAT_RELEASE = "832c52e"  # v0.1.0 as released: the framework flat in src/<package>/
 # The last commit with the framework's modules side by side in framework/, before the rooms
-# (framework/run/, callbacks/, ...): what projects copied from the main branch hold.
+# (framework/run/, callbacks/, ...): what projects copied from the main branch then hold.
 SIDE_BY_SIDE = "f9f28d7"
+# The last commit with the framework copied into the project, in rooms, before it became the
+# library copier-lightning-core (core/): what projects copied from the main branch hold.
+ROOMS = "0ba4be5"
 LAYOUT_PACKAGE = "layout_probe"
+KEPT = "framework.orphaned"  # hooks/migrations.py keeps the user's edited framework files here
 
 
-def flat_release_then_this_checkout(template: Path, commit: str = FLAT_RELEASE) -> Path:
-    """A template repository whose v0.1.0 is `commit` (the flat release) and v0.2.0 this checkout.
+def old_release_then_this_checkout(template: Path, commit: str) -> Path:
+    """A template repository whose v0.1.0 is `commit` (an older layout) and v0.2.0 this checkout.
 
     The release is taken from this repository's history, not rebuilt, so the test updates
     exactly the files users copied.
@@ -416,15 +420,40 @@ def flat_release_then_this_checkout(template: Path, commit: str = FLAT_RELEASE) 
     subprocess.run(["tar", "-x", "-C", str(template)], input=archive, check=True)
     git(template, "init", "-q", "-b", "main")
     git(template, "add", "-A")
-    git(template, "commit", "-q", "-m", "v0.1.0: the flat layout")
+    git(template, "commit", "-q", "-m", f"v0.1.0: the layout of {commit}")
     git(template, "tag", "v0.1.0")
     git(template, "rm", "-rq", ".")  # what the working tree no longer has must not linger
     return snapshot_template(template, tag="v0.2.0")
 
 
-def test_update_from_the_flat_layout_migrates_the_users_imports(tmp_path, capfd):
-    """v0.1.0 -> v0.2.0 moved the framework; the user's files, never updated, must follow."""
-    template = flat_release_then_this_checkout(tmp_path / "template")
+def migrate_again(project: Path) -> subprocess.CompletedProcess:
+    """The migration step run by hand on the committed update: it must change nothing."""
+    return subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "hooks" / "migrations.py"),
+            "framework-library",
+            LAYOUT_PACKAGE,
+        ],
+        cwd=project,
+        capture_output=True,
+        text=True,
+    )
+
+
+def assert_only_replaced(before: dict[Path, bytes], rewrites: dict[Path, list[tuple]]) -> None:
+    """Each file is byte for byte what it was, but for the (old, new) replacements listed."""
+    for path, old_bytes in before.items():
+        expected = old_bytes
+        for old, new in rewrites.get(path, []):
+            assert expected.count(old) == 1, (path, old)
+            expected = expected.replace(old, new)
+        assert path.read_bytes() == expected, f"{path.name} changed beyond its import lines"
+
+
+def test_update_from_the_flat_layout_points_the_users_imports_at_the_library(tmp_path, capfd):
+    """v0.1.0 had the framework flat in src/<package>/; the user's files, never updated, follow."""
+    template = old_release_then_this_checkout(tmp_path / "template", FLAT_RELEASE)
     project = copy_at(template, tmp_path / "project", "v0.1.0", project_name="Layout Probe")
     package = project / "src" / LAYOUT_PACKAGE
     flat_owned = sorted(
@@ -458,55 +487,46 @@ def test_update_from_the_flat_layout_migrates_the_users_imports(tmp_path, capfd)
         if path.relative_to(project).as_posix() not in flat_owned
     }
     assert len(before) == 6, sorted(before)  # model, nets, data, their two tests, mine.yaml
+    edited_loaders = (package / "loaders.py").read_bytes()
     capfd.readouterr()
 
     update(project)
-    printed = capfd.readouterr()
-    printed = printed.out + printed.err
+    printed = "".join(capfd.readouterr())
 
     assert answers(project)["_commit"] == "v0.2.0"
     assert not list(project.rglob("*.rej"))
     assert files_with_conflicts(project) == []
-    # The flat framework is gone, moved to framework/ and tests/framework/; the package's
-    # __init__.py and __main__.py stay where `python -m <package>` needs them.
+    # The flat framework and its tests are gone; the package's __init__.py and __main__.py
+    # stay where `python -m <package>` needs them.
     kept = [name for name in flat_owned if (project / name).exists()]
     assert kept == [f"src/{LAYOUT_PACKAGE}/__init__.py", f"src/{LAYOUT_PACKAGE}/__main__.py"]
-    for name in (
-        "cli.py",
-        "platform/loaders.py",
-        "platform/paths.py",
-        "callbacks/resume.py",
-        "tools/doctor",
-        "callbacks/health",
-    ):
-        assert (package / "framework" / name).exists(), name
-        assert not (package / Path(name).name).exists(), name
-    assert (project / "tests" / "framework" / "conftest.py").is_file()
+    for name in ("cli.py", "loaders.py", "resume.py", "framework", "doctor", "health"):
+        assert not (package / name).exists(), name
 
     # The user's files: byte for byte, but for the import lines the migration rewrote.
-    rewrites = {
-        data_py: [
-            (b"from .loaders import LoaderOptions\n", b"from .framework import LoaderOptions\n"),
-            (b"from .paths import project_path\n", b"from .framework import project_path\n"),
-        ],
-        project / "tests" / "test_accuracy.py": [
-            (
-                f"from {LAYOUT_PACKAGE}.cli import ProjectCLI\n".encode(),
-                f"from {LAYOUT_PACKAGE}.framework import ProjectCLI\n".encode(),
-            )
-        ],
-        mine_yaml: [(b"lr_scaling", b"framework.callbacks.lr_scaling")],
-    }
-    for path, old_bytes in before.items():
-        expected = old_bytes
-        for old, new in rewrites.get(path, []):
-            assert expected.count(old) == 1, (path, old)
-            expected = expected.replace(old, new)
-        assert path.read_bytes() == expected, f"{path.name} changed beyond its import lines"
+    library = b"from copier_lightning_core import "
+    assert_only_replaced(
+        before,
+        {
+            data_py: [
+                (b"from .loaders import LoaderOptions\n", library + b"LoaderOptions\n"),
+                (b"from .paths import project_path\n", library + b"project_path\n"),
+            ],
+            project / "tests" / "test_accuracy.py": [
+                (f"from {LAYOUT_PACKAGE}.cli import ".encode(), library)
+            ],
+            mine_yaml: [
+                (
+                    f"{LAYOUT_PACKAGE}.lr_scaling.".encode(),
+                    b"copier_lightning_core.callbacks.lr_scaling.",
+                )
+            ],
+        },
+    )
     text = config.read_text()
     assert "seed_everything: 4321 " in text and text.endswith("# my own line in default.yaml\n")
     class_paths = re.findall(rf"class_path: {LAYOUT_PACKAGE}\.(\w+)\.", text)
-    assert set(class_paths) == {"framework", "model", "nets", "data"}, class_paths
+    assert set(class_paths) == {"model", "nets", "data"}, class_paths
 
     # What needs a hand is listed, file and line, once each.
     lines = data_py.read_text().splitlines()
@@ -515,31 +535,24 @@ def test_update_from_the_flat_layout_migrates_the_users_imports(tmp_path, capfd)
         todo = f"TO DO src/{LAYOUT_PACKAGE}/data.py:{resume_line}: {name}: "
         assert printed.count(todo) == 1, printed
     assert "StatefulDataLoader" in printed and "ruff check --fix" in printed
-    # Copier deletes a moved file even when the user changed it; the printout says so.
-    dropped = f"TO DO src/{LAYOUT_PACKAGE}/loaders.py: you changed it, and the update deleted it"
-    assert printed.count(dropped) == 1, printed
-    assert "rewritten tests/test_accuracy.py:" in printed
+    assert "rewritten tests/test_accuracy.py: line 8\n" in printed, printed
+    # Copier deletes a framework file even when the user changed it: the migration keeps it.
+    kept_line = f"KEPT src/{LAYOUT_PACKAGE}/loaders.py: you had changed it (+1 -0 lines"
+    assert printed.count(kept_line) == 1, printed
+    assert "copier_lightning_core/platform/loaders.py" in printed
+    assert (project / KEPT / "src" / LAYOUT_PACKAGE / "loaders.py").read_bytes() == edited_loaders
+    assert "+# my fix in a framework file\n" in (project / KEPT / "edits.diff").read_text()
 
     # Idempotent: a second run finds the hand work again and changes nothing.
     commit_all(project, "update to v0.2.0")
-    again = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "hooks" / "migrations.py"),
-            "framework-imports",
-            LAYOUT_PACKAGE,
-        ],
-        cwd=project,
-        capture_output=True,
-        text=True,
-    )
+    again = migrate_again(project)
     assert again.returncode == 0 and "rewritten" not in again.stdout, again.stdout + again.stderr
     assert git(project, "status", "--porcelain", "--untracked-files=all") == ""
 
-    # The framework imports and the CLI starts; data.py fails only on the import listed.
+    # The library serves the user's files; data.py fails only on the import listed.
     env = {**os.environ, "PYTHONPATH": str(project / "src")}  # not installed: the venv is shared
     probe = (
-        f"from {LAYOUT_PACKAGE}.framework import LoaderOptions, ProjectCLI, project_path\n"
+        "from copier_lightning_core import LoaderOptions, ProjectCLI, project_path\n"
         f"import {LAYOUT_PACKAGE}.model\n"
         "try:\n"
         f"    import {LAYOUT_PACKAGE}.data\n"
@@ -560,81 +573,244 @@ def test_update_from_the_flat_layout_migrates_the_users_imports(tmp_path, capfd)
     assert result.returncode == 0 and "fit" in result.stdout, result.stdout + result.stderr
 
 
-def test_update_to_the_rooms_rewrites_the_users_module_paths_and_old_paths_still_import(
+def test_update_from_the_side_by_side_framework_points_old_module_paths_at_the_library(
     tmp_path, capfd
 ):
-    """v0.2.0 put framework/*.py into rooms: a project copied before keeps working, cleaned."""
-    template = flat_release_then_this_checkout(tmp_path / "template", SIDE_BY_SIDE)
+    """Projects copied before the rooms name `framework.health`: the library's `callbacks.health`."""
+    template = old_release_then_this_checkout(tmp_path / "template", SIDE_BY_SIDE)
     project = copy_at(template, tmp_path / "project", "v0.1.0", project_name="Layout Probe")
     package = project / "src" / LAYOUT_PACKAGE
     assert (package / "framework" / "health" / "__init__.py").is_file()  # the old layout
     mine = project / "configs" / "experiments" / "mine.yaml"
-    mine.write_text(
-        "trainer:\n  callbacks+:\n"
-        f"    - class_path: {LAYOUT_PACKAGE}.framework.lr_scaling.LinearLRScaling  # my preset\n"
-    )
+    old_path = f"{LAYOUT_PACKAGE}.framework.lr_scaling.LinearLRScaling"
+    mine.write_text(f"trainer:\n  callbacks+:\n    - class_path: {old_path}  # my preset\n")
     append_line(package / "model.py", "from .framework.health import NonFiniteGuard  # mine")
+    paths_py = package / "framework" / "paths.py"
+    append_line(paths_py, "# my fix in paths.py")
+    mine_paths_py = paths_py.read_bytes()
     recorded = project / "runs" / "old" / "config.yaml"  # a run's record: the user's data
     recorded.parent.mkdir(parents=True)
     recorded.write_text(f"class_path: {LAYOUT_PACKAGE}.framework.health.NonFiniteGuard\n")
-    commit_all(project, "my config and model")
+    commit_all(project, "my config, model and fix")
     capfd.readouterr()
 
-    update(project)
+    update(project, conflict="rej")
     printed = "".join(capfd.readouterr())
 
     assert answers(project)["_commit"] == "v0.2.0"
-    assert files_with_conflicts(project) == [] and not list(project.rglob("*.rej"))
-    assert not (package / "framework" / "health").exists()
-    assert (package / "framework" / "callbacks" / "health" / "__init__.py").is_file()
-    assert mine.read_text().count(f"{LAYOUT_PACKAGE}.framework.callbacks.lr_scaling.") == 1
+    assert files_with_conflicts(project) == []
+    # With `--conflict rej` copier leaves the hunks of the deleted paths.py in paths.py.rej;
+    # the migration keeps both beside each other, out of the package.
+    assert [path.name for path in project.rglob("*.rej")] == ["paths.py.rej"]
+    kept = project / KEPT / "src" / LAYOUT_PACKAGE / "framework" / "paths.py"
+    assert kept.read_bytes() == mine_paths_py
+    assert "+# my fix in paths.py" in kept.with_name("paths.py.rej").read_text()
+    assert f"KEPT src/{LAYOUT_PACKAGE}/framework/paths.py: you had changed it" in printed
+    assert "copier_lightning_core/platform/paths.py" in printed
+    assert not (package / "framework").exists()
+    assert "rewritten configs/experiments/mine.yaml: line 3\n" in printed, printed
+    new_path = "copier_lightning_core.callbacks.lr_scaling.LinearLRScaling"
+    assert mine.read_text().count(new_path) == 1
     assert (
-        "from .framework.callbacks.health import NonFiniteGuard  # mine"
+        "from copier_lightning_core.callbacks.health import NonFiniteGuard  # mine"
         in (package / "model.py").read_text()
     )
     assert f"{LAYOUT_PACKAGE}.framework.health." in recorded.read_text()  # never rewritten
-    assert (
-        "migration framework-rooms" in printed and "configs/experiments/mine.yaml:3" in printed
-    ), printed
     config = (project / "configs" / "default.yaml").read_text()
-    assert f"{LAYOUT_PACKAGE}.framework.callbacks.health.NonFiniteGuard" in config
-    assert f"{LAYOUT_PACKAGE}.framework.health." not in config
+    assert "copier_lightning_core.callbacks.health.NonFiniteGuard" in config
+    assert f"{LAYOUT_PACKAGE}.framework" not in config
 
-    # Old paths still import, as the very modules that replaced them; the old pre-commit
-    # hook's `python -m` path still runs.
+    # The user's code imports; the library reads the run's recorded old path as the very
+    # class the migrated config names.
     env = {**os.environ, "PYTHONPATH": str(project / "src")}  # not installed: the venv is shared
     probe = (
-        f"from {LAYOUT_PACKAGE}.framework.health import NonFiniteGuard as old\n"
-        f"from {LAYOUT_PACKAGE}.framework.callbacks.health import NonFiniteGuard as new\n"
-        f"import {LAYOUT_PACKAGE}.framework.health.nonfinite as old_module\n"
-        f"import {LAYOUT_PACKAGE}.framework.callbacks.health.nonfinite as new_module\n"
-        "print(old is new, old_module is new_module, old.__module__)\n"
+        "from copier_lightning_core.platform.old_paths import current_path\n"
+        f"from {LAYOUT_PACKAGE}.model import NonFiniteGuard\n"
+        f"import {LAYOUT_PACKAGE}.data\n"
+        f"print(current_path({old_path!r}), NonFiniteGuard.__module__)\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", probe], cwd=project, env=env, capture_output=True, text=True
     )
-    assert result.stdout == (
-        f"True True {LAYOUT_PACKAGE}.framework.callbacks.health.nonfinite\n"
-    ), result.stdout + result.stderr
-    hook = subprocess.run(
-        [sys.executable, "-m", f"{LAYOUT_PACKAGE}.framework.doctor", "--static"],
-        cwd=project,
-        env=env,
-        capture_output=True,
-        text=True,
+    assert result.stdout == (f"{new_path} copier_lightning_core.callbacks.health.nonfinite\n"), (
+        result.stdout + result.stderr
     )
-    assert hook.returncode == 0 and "DR011" in hook.stdout, hook.stdout + hook.stderr
 
     # A second run of the step changes nothing.
     commit_all(project, "update to v0.2.0")
-    again = subprocess.run(
-        [sys.executable, str(REPO / "hooks" / "migrations.py"), "framework-rooms", LAYOUT_PACKAGE],
-        cwd=project,
-        capture_output=True,
-        text=True,
-    )
+    again = migrate_again(project)
     assert again.returncode == 0 and "rewritten" not in again.stdout, again.stdout + again.stderr
     assert git(project, "status", "--porcelain", "--untracked-files=all") == ""
+
+
+ROOMS_PACKAGE = "library_probe"
+# Runs short enough for CI's 2 cores: 2 epochs of 6 batches, a last.ckpt every 2 steps.
+SHORT_FIT = [
+    "--trainer.max_epochs=2",
+    "--trainer.limit_train_batches=6",
+    "--trainer.limit_val_batches=2",
+    "--trainer.accelerator=cpu",
+    "--trainer.enable_progress_bar=false",
+    "--test_after_fit=false",
+]
+
+
+def load_checkpoint(path: Path) -> dict:
+    import torch  # here, not at the top: the module's other tests do without its import time
+
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def kill_mid_epoch(project: Path, folder: Path) -> Path:
+    """A fit of SHORT_FIT killed with SIGKILL before step 9, the 3rd batch of its 2nd epoch
+    (last.ckpt holds step 8): the whole process group, DataLoader workers too, as a crash
+    or a scheduler's `kill -9` leaves it. Returns its run root."""
+    runs = project / "runs" / "default"
+    earlier = set(runs.iterdir())
+    marker, log = folder / "paused", folder / "killed.log"
+    pauser = {  # the library's: the old project's CLI takes any class path it is given
+        "class_path": "copier_lightning_core.testing.interrupts.PauseAt",
+        "init_args": {"point": "train_batch", "step": 9, "marker": str(marker)},
+    }
+    command = [sys.executable, "-m", ROOMS_PACKAGE, "fit", *SHORT_FIT]
+    with log.open("w") as output:
+        process = subprocess.Popen(
+            [*command, f"--trainer.callbacks+={json.dumps(pauser)}"],
+            cwd=project,
+            env={**os.environ, "WANDB_MODE": "offline"},
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group, as a scheduler's job has
+        )
+        deadline = time.monotonic() + 300
+        try:
+            while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert marker.exists(), f"the run did not reach step 9:\n{log.read_text()[-3000:]}"
+    (root,) = set(runs.iterdir()) - earlier
+    return root
+
+
+@pytest.mark.slow
+def test_update_from_the_copied_framework_to_the_library_keeps_the_old_runs_usable(tmp_path, capfd):
+    """The copied framework (in rooms, as the main branch had it) becomes the library.
+
+    Before the update the project trains one run to the end and has one killed with
+    `kill -9` mid-epoch; after it, with framework/ gone and the user's files pointing at
+    copier_lightning_core, the old checkpoints validate and export, and the killed run
+    resumes to the end bit-exactly as the finished one.
+    """
+    template = old_release_then_this_checkout(tmp_path / "template", ROOMS)
+    project = copy_at(template, tmp_path / "project", "v0.1.0", project_name="Library Probe")
+    package = project / "src" / ROOMS_PACKAGE
+    assert (package / "framework" / "callbacks" / "resume.py").is_file()  # the old layout
+
+    # The user's edits: a last.ckpt every 2 steps (a mid-epoch resume point) in their config,
+    # and a fix in a framework file and in a framework test.
+    config = project / "configs" / "default.yaml"
+    every_100 = "every_n_train_steps: 100 "
+    config.write_text(config.read_text().replace(every_100, "every_n_train_steps: 2   "))
+    append_line(package / "framework" / "platform" / "paths.py", "# my fix in paths.py")
+    append_line(project / "tests" / "framework" / "toy.py", "# my fix in toy.py")
+    commit_all(project, "my config, my fixes")
+    owners = [
+        package / "model.py",
+        package / "data.py",
+        package / "nets.py",
+        *(
+            project / "tests" / name
+            for name in ("test_model.py", "test_data.py", "test_accuracy.py")
+        ),
+    ]
+    before = {path: path.read_bytes() for path in owners}
+    edited = {
+        name: (project / name).read_bytes()
+        for name in (f"src/{ROOMS_PACKAGE}/framework/platform/paths.py", "tests/framework/toy.py")
+    }
+
+    def run(*args: str) -> str:
+        result = project_command(project, ROOMS_PACKAGE, *args)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        return result.stdout + result.stderr
+
+    install_editable(project)  # the old project, its framework inside it
+    try:
+        finished_output = run("fit", *SHORT_FIT)
+        finished = Path(re.search(r"^run root +(\S+)$", finished_output, re.M)[1])
+        best = Path(re.search(r"^best checkpoint (\S+)$", finished_output, re.M)[1])
+        killed = kill_mid_epoch(project, tmp_path)
+        assert load_checkpoint(killed / "checkpoints" / "last.ckpt")["global_step"] == 8
+        capfd.readouterr()
+
+        update(project)
+        printed = "".join(capfd.readouterr())
+
+        assert answers(project)["_commit"] == "v0.2.0"
+        assert files_with_conflicts(project) == [] and not list(project.rglob("*.rej"))
+        assert (
+            not (package / "framework").exists() and not (project / "tests" / "framework").exists()
+        )
+        library = b"from copier_lightning_core import "
+        assert_only_replaced(
+            before,
+            {
+                package / "model.py": [(b"from .framework import ", library)],
+                package / "data.py": [(b"from .framework import ", library)],
+                **{
+                    project / "tests" / name: [
+                        (f"from {ROOMS_PACKAGE}.framework import ".encode(), library)
+                    ]
+                    for name in ("test_data.py", "test_accuracy.py")
+                },
+                project / "tests" / "test_model.py": [
+                    (f"from {ROOMS_PACKAGE}.framework import ".encode(), library),
+                    (
+                        f'"{ROOMS_PACKAGE}.framework.callbacks.'.encode(),
+                        b'"copier_lightning_core.callbacks.',
+                    ),
+                ],
+            },
+        )
+        for name in ("model.py", "data.py", "test_model.py", "test_data.py", "test_accuracy.py"):
+            assert re.search(rf"^  rewritten \S*{name}: line", printed, re.M), (name, printed)
+        configs = "".join(path.read_text() for path in (project / "configs").rglob("*.yaml"))
+        assert f"{ROOMS_PACKAGE}.framework" not in configs
+        text = config.read_text()
+        assert "every_n_train_steps: 2 " in text  # the user's edit, merged
+        assert "class_path: copier_lightning_core.callbacks.resume.ResumeState" in text
+        # The user's edits of framework files: reported, kept whole, and as a diff.
+        for name, content in edited.items():
+            assert printed.count(f"KEPT {name}: you had changed it (+1 -0 lines") == 1, printed
+            assert (project / KEPT / name).read_bytes() == content
+        assert "copier_lightning_core/platform/paths.py" in printed
+        diff = (project / KEPT / "edits.diff").read_text()
+        assert "+# my fix in paths.py\n" in diff and "+# my fix in toy.py\n" in diff
+        commit_all(project, "update to v0.2.0")
+
+        install_editable(project)  # the updated project: pyproject.toml now names the library
+        validated = run(
+            "validate", "--ckpt_path", str(best), "--trainer.accelerator=cpu",
+            "--trainer.limit_val_batches=2",
+        )  # fmt: skip
+        assert "val/loss" in validated
+        resumed = run("fit", "--ckpt_path", "last", *SHORT_FIT)
+        assert f"run root        {killed}\n" in resumed  # the killed run, trained on in place
+        from copier_lightning_core.tools.determinism import compare_checkpoints
+
+        difference = compare_checkpoints(
+            load_checkpoint(finished / "checkpoints" / "last.ckpt"),
+            load_checkpoint(killed / "checkpoints" / "last.ckpt"),
+        )
+        assert difference is None, f"the resumed run differs from the finished one at {difference}"
+        run("export", str(best), "--output", str(tmp_path / "export"))
+        assert (tmp_path / "export" / f"{best.stem}.safetensors").is_file()
+        assert (tmp_path / "export" / f"{best.stem}.onnx").is_file()
+    finally:
+        uninstall(ROOMS_PACKAGE)
 
 
 OLD_ROOT_LINE = (
