@@ -1,4 +1,8 @@
-"""Shared fixtures: each test runs the real CLI on CPU, in its own run root under tmp_path."""
+"""Shared fixtures: each test runs the real CLI on CPU, in its own run root under tmp_path.
+
+Importing harness finds the project the tests run in (harness.PROJECT) or ends pytest with
+how to run them.
+"""
 
 import os
 from pathlib import Path

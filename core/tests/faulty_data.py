@@ -1,7 +1,7 @@
 """A DataModule as many users write one: plain torch DataLoaders with worker processes.
 
 Its loaders do not go through `LoaderOptions`, and its worker count is not an argument
-named `num_workers`: what the framework sees of them, it sees only on the built loaders
+named `num_workers`: what the library sees of them, it sees only on the built loaders
 (loader_hooks.py): the worker count, the signals workers ignore, an empty training set.
 """
 

@@ -1,13 +1,45 @@
-"""What the framework tests share: the fast CLI options, the flavours, a run root.
+"""What the library's tests share: the project they serve, the fast CLI options, the
+flavours, a run root.
 
-Tests run on the modules of `toy.py`, never on the example in `src/` (yours to replace):
-each flavour names its module, its data and the metric its checkpoints are judged by.
+The tests run from the folder of a project rendered by the template (its pyproject.toml
+names the package, platform/project.py), on the modules of `toy.py`, never on the
+project's example model: each flavour names its module, its data and the metric its
+checkpoints are judged by.
 """
 
 from dataclasses import dataclass
 from pathlib import Path
 
 from copier_lightning_core.cli import ProjectCLI
+from copier_lightning_core.platform.project import SETTINGS_TABLE, project_package, project_root
+from copier_lightning_core.platform.refusal import Refusal
+
+NO_PROJECT = (
+    "the library's tests run inside a project rendered by the copier-lightning template: they "
+    "train through its command line (`python -m <package>`), read its configs/ and check its "
+    "files. Run them from that project's folder, with the project installed in this Python: "
+    "`cd <project> && python -m pytest -c {core}/pyproject.toml --rootdir {core} "
+    "-p no:cacheprovider {core}/tests` (the project's pyproject.toml names its package under "
+    "[tool.{table}])."
+)
+
+
+def served_project() -> str:
+    """The package of the project these tests run in.
+
+    Without one, pytest ends with the paragraph above and status 1: a `Refusal` (a
+    SystemExit) raised while pytest loads conftest.py ends it with its message alone, where
+    `pytest.exit` there would print as an import error with a traceback.
+    """
+    try:
+        project_root()  # the package named, and importable from this Python
+    except Refusal as refusal:
+        core = Path(__file__).resolve().parents[1]
+        raise Refusal(NO_PROJECT.format(core=core, table=SETTINGS_TABLE)) from refusal
+    return project_package()
+
+
+PROJECT = served_project()
 
 FAST = [
     "--trainer.max_epochs=1",

@@ -26,7 +26,7 @@ class ScheduledSequenceClassifier(ToySequenceClassifier):
 
 class PlainSequenceData(ToySequenceData):
     """The sequence data served as most DataModules serve theirs: `DataLoader(shuffle=True)`,
-    no generator, no `LoaderOptions` (the framework rebuilds them as StatefulDataLoaders)."""
+    no generator, no `LoaderOptions` (the library rebuilds them as StatefulDataLoaders)."""
 
     def _loader(self, dataset: Dataset, shuffle: bool) -> DataLoader:
         batch_size, workers = self.hparams.batch_size, self.hparams.num_workers

@@ -28,7 +28,6 @@ from copier_lightning_core.tools.export import (
     report,
     sample_inputs,
 )
-
 from harness import FAST
 from toy import ToyGraphData, ToyGraphRegressor, collate_graphs, ring_graphs
 

@@ -5,6 +5,7 @@ the shell: that paragraph, exit code 1, no traceback); nothing is written where 
 would have written.
 """
 
+import importlib
 import logging
 import os
 import shutil
@@ -18,14 +19,12 @@ import pytest
 import torch
 import yaml
 
-from copier_lightning_core import trusted_classes
-from copier_lightning_core.checkpoints.trusted_classes import TRUSTED_PACKAGES
+import toy
+from copier_lightning_core.checkpoints import trusted_classes
 from copier_lightning_core.cli import ProjectCLI, main
 from copier_lightning_core.platform.bad_input import available_cpus
 from copier_lightning_core.run import run_folders
-
-import toy
-from harness import FAST, FLAVOURS
+from harness import FAST, FLAVOURS, PROJECT
 
 TESTS = Path(__file__).parent
 SEQUENCE = [*FAST, *FLAVOURS["sequence"], "--trainer.logger=false", "--test_after_fit=false"]
@@ -147,7 +146,7 @@ def test_impossible_numbers_stop_fit_before_work(flag, message, tmp_path):
         (
             "--data.num_workers=-1",
             "--data.num_workers -1 (ToyGraphData): expected NonNegativeInt (v>=0) or "
-            "'auto'. `python -m {{ package_name }} fit --data.help ToyGraphData` lists what each "
+            f"'auto'. `python -m {PROJECT} fit --data.help ToyGraphData` lists what each "
             "of its arguments takes.",
         ),
         ("--data.batch_size=0", "--data.batch_size 0 (ToyGraphData): expected PositiveInt"),
@@ -183,7 +182,7 @@ def test_a_callbacks_argument_its_type_refuses_in_a_config_is_one_paragraph(tmp_
     err = capsys.readouterr().err
     assert err.splitlines()[-1].startswith(
         "error: --trainer.callbacks.check_every_n_steps 0 (NonFiniteGuard): expected "
-        "PositiveInt (v>0). `python -m {{ package_name }} fit --trainer.callbacks.help NonFiniteGuard`"
+        f"PositiveInt (v>0). `python -m {PROJECT} fit --trainer.callbacks.help NonFiniteGuard`"
     ), err
     assert not root.exists()
 
@@ -303,7 +302,8 @@ def test_the_data_comes_from_the_checkpoint_with_its_model(trained, tmp_path, ca
     assert "data._class_path = 'toy.ToySequenceData'" in message
     assert "toy.ToySequenceClassifier" not in message
     # As if the toys were the project's own code (pkg.mine.Model): trusted without naming.
-    monkeypatch.setattr(trusted_classes, "TRUSTED_PACKAGES", (*TRUSTED_PACKAGES, "toy"))
+    trusted = (*trusted_classes.trusted_packages(), "toy")
+    monkeypatch.setattr(trusted_classes, "trusted_packages", lambda: trusted)
     with caplog.at_level(logging.INFO):
         cli = ProjectCLI(args=args)
     assert type(cli.datamodule).__name__ == "ToySequenceData"
@@ -386,7 +386,7 @@ def test_a_config_file_that_is_not_utf8_is_one_paragraph_naming_the_line(
     if given == "config":
         chosen = f"--config={path}"
     else:
-        monkeypatch.setattr(run_folders, "EXPERIMENTS", tmp_path)
+        monkeypatch.setattr(run_folders, "experiments_folder", lambda: tmp_path)
         chosen = "--experiment=latin1"
     root = tmp_path / "run"
     message = refusal(["fit", *SEQUENCE, chosen, f"--trainer.default_root_dir={root}"])
@@ -466,13 +466,13 @@ def test_a_run_folder_behind_a_symlink_loop_is_refused_naming_the_link(flag, tmp
     assert [path.name for path in tmp_path.iterdir()] == ["loop"]
 
 
-@pytest.mark.parametrize("inside", ["src", "package"])
+@pytest.mark.parametrize("inside", ["src", "package", "library"])
 @pytest.mark.parametrize("flag", ["--trainer.default_root_dir", "--runs_dir"])
 def test_a_run_folder_inside_the_code_is_refused(inside, flag):
-    """Checkpoints and logs in src/ (or the installed package) are packaged or deleted."""
-    import {{ package_name }}
-
-    code = Path({{ package_name }}.__file__).parent
+    """Checkpoints and logs in src/ (or an installed package: the project's, the library's)
+    are packaged or deleted."""
+    package = PROJECT if inside != "library" else "copier_lightning_core"
+    code = Path(importlib.import_module(package).__file__).parent
     folder = "src/runs-here" if inside == "src" else str(code / "runs-here")
     message = refusal(["fit", *SEQUENCE, f"{flag}={folder}"])
     assert "which holds the package's code" in message and f"outside it with {flag}" in message

@@ -6,14 +6,14 @@ import re
 import pytest
 import yaml
 
-from copier_lightning_core.platform.paths import PROJECT_ROOT
+from copier_lightning_core.platform.project import project_root
 from copier_lightning_core.tools.doctor import CHECKS
 
 ITEM = re.compile(r"^- \[ \] (?P<text>.+) \[(?P<tag>[^\]]+)\]$")
 
 
 def items() -> list[tuple[str, str]]:
-    lines = (PROJECT_ROOT / "CHECKLIST.md").read_text(encoding="utf-8").splitlines()
+    lines = (project_root() / "CHECKLIST.md").read_text(encoding="utf-8").splitlines()
     boxes = [line for line in lines if line.startswith("- [")]
     parsed = [ITEM.match(line) for line in boxes]
     untagged = [box for box, match in zip(boxes, parsed, strict=True) if match is None]
@@ -22,7 +22,9 @@ def items() -> list[tuple[str, str]]:
 
 
 def hook_ids() -> set[str]:
-    config = yaml.safe_load((PROJECT_ROOT / ".pre-commit-config.yaml").read_text(encoding="utf-8"))
+    config = yaml.safe_load(
+        (project_root() / ".pre-commit-config.yaml").read_text(encoding="utf-8")
+    )
     return {hook["id"] for repo in config["repos"] for hook in repo["hooks"]}
 
 

@@ -13,7 +13,6 @@ import torch
 
 from copier_lightning_core.checkpoints.checkpoint_io import _HOST, AtomicCheckpointIO
 from copier_lightning_core.cli import ProjectCLI
-
 from harness import FAST, FLAVOURS
 
 STATE = {"state_dict": {"w": torch.ones(3)}}

@@ -8,20 +8,23 @@ import pytest
 import torch
 import yaml
 
-from copier_lightning_core import cli, lightning_cli
-from copier_lightning_core.platform.paths import DEFAULT_CONFIG, PROJECT_ROOT, project_path
+from copier_lightning_core import cli
+from copier_lightning_core.platform.paths import default_config, project_path
+from copier_lightning_core.platform.project import project_root
+from copier_lightning_core.run import lightning_cli
 from copier_lightning_core.run.resolve import resolve_config
-
-from harness import FAST, FLAVOURS
+from harness import FAST, FLAVOURS, PROJECT
 from toy import ToySequenceClassifier, ToySequenceData, ToySignals
 
 # Configs for fit; configs/sweeps/ holds sweep specs (test_sweep.py parses those).
 SHIPPED_CONFIGS = sorted(
-    path for path in (PROJECT_ROOT / "configs").rglob("*.yaml") if path.parent.name != "sweeps"
+    path for path in (project_root() / "configs").rglob("*.yaml") if path.parent.name != "sweeps"
 )
 
 
-@pytest.mark.parametrize("config", SHIPPED_CONFIGS, ids=lambda p: str(p.relative_to(PROJECT_ROOT)))
+@pytest.mark.parametrize(
+    "config", SHIPPED_CONFIGS, ids=lambda path: str(path.relative_to(project_root()))
+)
 def test_every_shipped_config_parses_against_the_real_signatures(config, capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["fit", "--config", str(config), "--print_config"])
@@ -50,7 +53,7 @@ def test_a_misspelled_option_is_refused_naming_it(capsys):
 
 def test_missing_default_config_is_a_clear_error(monkeypatch, tmp_path):
     missing = tmp_path / "configs" / "default.yaml"
-    monkeypatch.setattr(lightning_cli, "DEFAULT_CONFIG", missing)
+    monkeypatch.setattr(lightning_cli, "default_config", lambda: missing)
     with pytest.raises(SystemExit, match=r"default config .*default\.yaml is missing"):
         cli.main(["fit"])
 
@@ -61,16 +64,16 @@ def test_unknown_command_lists_the_commands():
 
 
 def test_relative_paths_are_relative_to_the_project_root(tmp_path):
-    assert project_path("runs/x") == PROJECT_ROOT / "runs" / "x"
+    assert project_path("runs/x") == project_root() / "runs" / "x"
     assert project_path(tmp_path) == tmp_path
-    assert DEFAULT_CONFIG.is_file()
+    assert default_config().is_file()
 
 
 @pytest.mark.parametrize("words", [["--help"], ["-h"], []], ids=["--help", "-h", "nothing"])
 def test_help_lists_every_command_with_one_line_each(words, capsys):
     assert cli.main(words) == (0 if words else 2)
     out = capsys.readouterr().out
-    assert out.startswith("usage: python -m {{ package_name }} <command>")
+    assert out.startswith(f"usage: python -m {PROJECT} <command>")
     for command in ["fit", "validate", "test", "predict", *cli.TOOLS]:
         (line,) = [line for line in out.splitlines() if line.split()[:1] == [command]]
         assert len(line.split()) > 2, line  # the command, then what it does
@@ -81,7 +84,7 @@ def test_a_trainer_command_help_is_lightning_clis_under_the_program_name(capsys)
         cli.main(["fit", "--help"])
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
-    assert out.startswith("usage: python -m {{ package_name }}")
+    assert out.startswith(f"usage: python -m {PROJECT}")
     assert " fit " in out.splitlines()[0]
     assert "--trainer.max_epochs" in out and "--checkpoint.monitor" in out
 
@@ -142,10 +145,10 @@ def test_classes_named_in_the_default_config_print_as_when_named_on_the_command_
 ):
     named = printed_sections(capsys, *swap_in(ToySequenceData, "command line", tmp_path))
     assert named["data"]["init_args"] == own_defaults(ToySequenceData, batch_size=5)
-    edited = yaml.safe_load(DEFAULT_CONFIG.read_text()) | toy_sections(ToySequenceData)
-    default_config = tmp_path / "default.yaml"
-    default_config.write_text(yaml.safe_dump(edited))
-    monkeypatch.setattr(lightning_cli, "DEFAULT_CONFIG", default_config)
+    edited = yaml.safe_load(default_config().read_text()) | toy_sections(ToySequenceData)
+    edited_config = tmp_path / "default.yaml"
+    edited_config.write_text(yaml.safe_dump(edited))
+    monkeypatch.setattr(lightning_cli, "default_config", lambda: edited_config)
     assert printed_sections(capsys) == named
 
 

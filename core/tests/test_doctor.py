@@ -17,14 +17,13 @@ import pytest
 import torch
 import yaml
 
-from copier_lightning_core.platform.paths import PROJECT_ROOT
+from copier_lightning_core.platform.project import project_root
 from copier_lightning_core.run.resolve import resolve_config
 from copier_lightning_core.tools.doctor import CHECKS
 from copier_lightning_core.tools.doctor.command import main, run_checks
 from copier_lightning_core.tools.doctor.context import Context, Machine
 from copier_lightning_core.tools.doctor.registry import FAIL, PASS, WARN
 from copier_lightning_core.tools.doctor.trial import STACKED, trials
-
 from harness import FAST, FLAVOURS
 from toy import ToyRegressor
 
@@ -351,7 +350,7 @@ class GraphBreak(ToyRegressor):
 
 def tried(tmp_path, monkeypatch, capsys, **compile_args) -> tuple[int, list[str]]:
     """`doctor --try` of the compile preset (these TorchCompile arguments) on GraphBreak."""
-    compile_preset = PROJECT_ROOT / "configs" / "presets" / "compile.yaml"
+    compile_preset = project_root() / "configs" / "presets" / "compile.yaml"
     config = yaml.safe_load(compile_preset.read_text())
     config["trainer"]["callbacks+"][0]["init_args"].update(backend="eager", **compile_args)
     preset = tmp_path / "compile.yaml"

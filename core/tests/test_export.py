@@ -19,7 +19,6 @@ from copier_lightning_core.tools.export import (
     onnx_outputs,
     sample_inputs,
 )
-
 from harness import FAST, FLAVOURS, toy_classes
 from toy import (
     ToyLoRARegressor,

@@ -35,9 +35,8 @@ from copier_lightning_core.callbacks.health import (
 from copier_lightning_core.callbacks.health.first_batch import _label_problems, image_grid
 from copier_lightning_core.cli import ProjectCLI
 from copier_lightning_core.platform.loaders import LoaderOptions
-from copier_lightning_core.platform.paths import PROJECT_ROOT
-
-from harness import FAST, FLAVOURS
+from copier_lightning_core.platform.project import project_root
+from harness import FAST, FLAVOURS, PROJECT
 from toy import ToyRegressor, ToySequenceData, ToyTabularData
 
 HEALTH_MODULE = "copier_lightning_core.callbacks.health"
@@ -173,7 +172,7 @@ def test_divergence_exits_non_zero_from_the_command_line(tmp_path):
         [
             sys.executable,
             "-m",
-            "{{ package_name }}",
+            PROJECT,
             "fit",
             *FAST,
             *FLAVOURS["sequence"],
@@ -182,7 +181,7 @@ def test_divergence_exits_non_zero_from_the_command_line(tmp_path):
             "--trainer.max_epochs=4",
             f"--model.lr={ABSURD_LR['sequence']}",
         ],
-        cwd=PROJECT_ROOT,
+        cwd=project_root(),
         env={**os.environ, "PYTHONPATH": python_path},  # the toys are importable
         capture_output=True,
         text=True,

@@ -1,7 +1,9 @@
-"""The framework's rooms import downwards only, and no module imports itself back.
+"""The library's rooms import downwards only, and no module imports itself back.
 
-`framework.ROOMS` lists the rooms top to bottom (tools, run, callbacks, checkpoints,
-platform); cli.py sits above them all. A room may import itself and the rooms below it,
+`copier_lightning_core.ROOMS` lists the rooms top to bottom (tools, run, callbacks,
+checkpoints, platform); above them all sit the entry points: cli.py, which a project's
+`__main__.py` calls, and testing/, which a project's tests import. A room may import itself
+and the rooms below it,
 never one above: a newcomer reading a room needs only what lies under it. Every import
 counts, also those inside functions, so a deferred import cannot hide a cycle.
 """
@@ -11,24 +13,25 @@ from pathlib import Path
 
 import pytest
 
-from {{ package_name }} import framework
+import copier_lightning_core
+from copier_lightning_core import ROOMS
 
-FRAMEWORK = Path(framework.__file__).parent
+LIBRARY = Path(copier_lightning_core.__file__).parent
 PREFIX = "copier_lightning_core"
 
 
 def module_name(path: Path) -> str:
-    parts = list(path.relative_to(FRAMEWORK).with_suffix("").parts)
+    parts = list(path.relative_to(LIBRARY).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join([PREFIX, *parts])
 
 
-MODULES = {module_name(path): path for path in sorted(FRAMEWORK.rglob("*.py"))}
+MODULES = {module_name(path): path for path in sorted(LIBRARY.rglob("*.py"))}
 
 
 def imports_of(path: Path) -> set[str]:
-    """The framework modules `path` imports. `from package import name` counts as the
+    """The library's modules `path` imports. `from package import name` counts as the
     submodule `package.name` where one exists, not as the package's __init__."""
     package = (
         module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
@@ -52,24 +55,29 @@ def imports_of(path: Path) -> set[str]:
 
 
 def room_of(module: str) -> str:
-    """`run`, `tools`, ... for a module in a room; `cli.py` or `__init__.py` above them."""
+    """`run`, `tools`, ... for a module in a room; "top" for the entry points and `__init__.py`."""
     parts = module.removeprefix(PREFIX).lstrip(".").split(".")
-    return parts[0] if parts[0] in framework.ROOMS else "top"
+    return parts[0] if parts[0] in ROOMS else "top"
+
+
+def is_entry_point(module: str) -> bool:
+    """The package itself, cli.py, or a module of testing/."""
+    return module in (PREFIX, f"{PREFIX}.cli", f"{PREFIX}.testing") or module.startswith(
+        f"{PREFIX}.testing."
+    )
 
 
 def test_every_module_lives_in_a_room_but_the_entry_points():
-    loose = sorted(
-        name for name in MODULES if room_of(name) == "top" and name not in (PREFIX, f"{PREFIX}.cli")
-    )
-    assert loose == [], f"modules outside a room: {loose}; put each in one of {framework.ROOMS}"
-    for room in framework.ROOMS:
-        docstring = ast.get_docstring(ast.parse((FRAMEWORK / room / "__init__.py").read_text()))
+    loose = sorted(name for name in MODULES if room_of(name) == "top" and not is_entry_point(name))
+    assert loose == [], f"modules outside a room: {loose}; put each in one of {ROOMS}"
+    for room in ROOMS:
+        docstring = ast.get_docstring(ast.parse((LIBRARY / room / "__init__.py").read_text()))
         assert docstring and len(docstring) > 80, f"{room}/__init__.py says what the room holds"
 
 
-@pytest.mark.parametrize("room", framework.ROOMS)
+@pytest.mark.parametrize("room", ROOMS)
 def test_a_room_imports_only_itself_and_the_rooms_below_it(room):
-    below = framework.ROOMS[framework.ROOMS.index(room) :]
+    below = ROOMS[ROOMS.index(room) :]
     upward = [
         f"{module} imports {target}"
         for module, path in MODULES.items()
@@ -100,14 +108,19 @@ def test_no_import_cycle():
     assert cycles == [], cycles
 
 
-def test_every_old_module_path_imports_as_the_module_that_replaced_it():
-    """Class paths recorded before the rooms (run configs, checkpoints) still resolve."""
+def test_every_module_path_of_the_copied_framework_names_a_module_of_the_library():
+    """Until v0.2.0 each project held a copy of the library as `<package>.framework`, first
+    flat, then in rooms: class paths recorded then (checkpoints' hyperparameters) read as
+    the library's (platform/old_paths.py; test_trusted_classes.py loads such a checkpoint)."""
     import importlib
 
-    from copier_lightning_core.platform.moved_modules import MOVED
+    from copier_lightning_core.platform.old_paths import MOVED, current_path
 
     for old, new in MOVED.items():
-        moved = importlib.import_module(f"{PREFIX}.{new}")
-        assert importlib.import_module(f"{PREFIX}.{old}") is moved, old
-    health = importlib.import_module(f"{PREFIX}.health.nonfinite")
-    assert health.NonFiniteGuard.__module__ == f"{PREFIX}.callbacks.health.nonfinite"
+        module = importlib.import_module(f"{PREFIX}.{new}")
+        assert current_path(f"pkg.framework.{old}.X") == f"{module.__name__}.X", old
+    for module in MODULES:  # a path in rooms, as the copy had it from v0.2.0 on
+        inside = module.removeprefix(PREFIX).lstrip(".")
+        if inside:
+            assert current_path(f"pkg.framework.{inside}.X") == f"{module}.X", module
+    assert current_path("pkg.model.Net") == "pkg.model.Net"  # the project's own: unchanged

@@ -17,7 +17,6 @@ from copier_lightning_core.callbacks.frozen_weights import LeaveOutFrozenWeights
 from copier_lightning_core.checkpoints.left_out import LEFT_OUT
 from copier_lightning_core.cli import main
 from copier_lightning_core.tools.inspect_ckpt import summarize
-
 from harness import FAST
 
 CALLBACK = "copier_lightning_core.callbacks.frozen_weights.LeaveOutFrozenWeights"

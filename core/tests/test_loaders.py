@@ -18,7 +18,6 @@ from copier_lightning_core.platform.loaders import (
     rebuildable,
     resume_gaps,
 )
-
 from harness import FAST, FLAVOURS
 
 

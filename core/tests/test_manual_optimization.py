@@ -2,7 +2,6 @@
 `manual_backward` per batch, the generator's gradient only in the second, no loss returned
 by `training_step`, and `trainer.global_step` counting two optimizer steps per batch."""
 
-import importlib.util
 import logging
 import math
 import os
@@ -20,12 +19,11 @@ from copier_lightning_core.callbacks.health import (
     NonFiniteGuard,
 )
 from copier_lightning_core.cli import ProjectCLI
-from copier_lightning_core.platform.paths import PROJECT_ROOT
-
-from harness import FAST
+from copier_lightning_core.platform.project import project_root
+from harness import FAST, PROJECT
 from toy import ToyGAN, ToyPoints
 
-PRESETS = PROJECT_ROOT / "configs" / "presets"
+PRESETS = project_root() / "configs" / "presets"
 TESTS = Path(__file__).parent
 
 GAN = [
@@ -71,7 +69,7 @@ def test_ddp_preset_trains_a_module_with_two_optimizers_on_two_cpu_processes(tmp
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
     }
-    result = subprocess.run(args, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True)
+    result = subprocess.run(args, cwd=project_root(), env=env, capture_output=True, text=True)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     assert output.count("find_unused_parameters=True, as ToyGAN optimizes manually") == 1, output
@@ -119,22 +117,16 @@ def test_a_nan_loss_under_manual_optimization_is_named_with_its_step_batch_and_v
     assert "another process" not in message
 
 
-def load_contract():
-    """The project's contract tests (tests/test_contract.py), as a module."""
-    path = PROJECT_ROOT / "tests" / "test_contract.py"
-    spec = importlib.util.spec_from_file_location("contract_on_a_gan", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_contract_counts_optimizer_steps_per_batch_and_kills_where_the_run_goes(
     tmp_path, monkeypatch
 ):
     """The contract run on the GAN: 2 epochs of 4 batches make 16 optimizer steps, and the
     mid-epoch kill pauses at a step the run reaches (6, before batch 3), then resumes exactly."""
-    contract = load_contract()
+    from copier_lightning_core.testing import contract  # what tests/test_contract.py runs
+
     monkeypatch.setattr(contract, "CUT_SHORT", [*contract.CUT_SHORT, *GAN])
+    toys = os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))
+    monkeypatch.setenv("PYTHONPATH", toys)  # the killed run's process imports toy.ToyGAN
     config = contract.every_2_steps_config(tmp_path)
     root = tmp_path / "uninterrupted"
     cli = ProjectCLI(args=contract.fit_args(root, config))

@@ -1,11 +1,10 @@
 """Lightning's default profiler replaced by one without a cost per hook call
-(`framework/callbacks/no_profiler.py`); a profiler of your own still works."""
+(`callbacks/no_profiler.py`); a profiler of your own still works."""
 
 from lightning.pytorch.profilers import SimpleProfiler
 
 from copier_lightning_core.callbacks.no_profiler import NoProfiler
 from copier_lightning_core.cli import ProjectCLI
-
 from harness import FAST, FLAVOURS
 
 

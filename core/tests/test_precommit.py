@@ -1,4 +1,4 @@
-"""The pre-commit hooks, run for real on a copy of this project.
+"""The pre-commit hooks, run for real on a copy of the project the tests run in.
 
 A copy, so a failing hook can never touch your working tree. Hook environments install
 from PyPI once per test session (in $PRE_COMMIT_HOME when you set it, so reruns are fast).
@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from copier_lightning_core.platform.paths import PROJECT_ROOT
+from copier_lightning_core.platform.project import project_root
+from harness import PROJECT
 
 pytestmark = pytest.mark.slow  # the first run builds the hooks' environments (~1 min)
 
@@ -57,19 +58,20 @@ class Repo:
 @pytest.fixture
 def repo(tmp_path: Path, pre_commit_home: str) -> Repo:
     """This project's tracked and unignored files, committed in a fresh repository."""
+    project = project_root()
     listed = subprocess.run(
         ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
-        cwd=PROJECT_ROOT,
+        cwd=project,
         capture_output=True,
         text=True,
     )
     if listed.returncode != 0:
-        pytest.skip(f"{PROJECT_ROOT} is not a git repository, and pre-commit runs only in one")
+        pytest.skip(f"{project} is not a git repository, and pre-commit runs only in one")
     root = tmp_path / "project"
     for name in filter(None, listed.stdout.split("\0")):
-        if (PROJECT_ROOT / name).is_file():
+        if (project / name).is_file():
             (root / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(PROJECT_ROOT / name, root / name)
+            shutil.copy2(project / name, root / name)
     # `language: unsupported` hooks run `python` from PATH: this interpreter, like an
     # activated virtualenv.
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
@@ -96,7 +98,7 @@ BAD_FILES = {
     "checkpoint-backup": ("last.ckpt.bak", "a backup of a checkpoint\n"),
     "onnx": ("exported/model.onnx", "a model\n"),
     "hard-coded-cuda": (
-        "src/{{ package_name }}/extra.py",
+        f"src/{PROJECT}/extra.py",
         "def to_gpu(x):\n    return x.cuda()\n",
     ),
 }
@@ -174,7 +176,7 @@ DISGUISED = {
         'member "state" is a torch checkpoint',
     ),
     "aws-key-pair": ("deploy/credentials.ini", aws_credentials, "AWS Access Key"),
-    "github-token": ("src/{{ package_name }}/settings.py", github_token, "GitHub Token"),
+    "github-token": (f"src/{PROJECT}/settings.py", github_token, "GitHub Token"),
 }
 
 

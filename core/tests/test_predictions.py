@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from copier_lightning_core import predictions
+from copier_lightning_core.callbacks import predictions
 from copier_lightning_core.callbacks.prediction_table import (
     PredictionFormatError,
     table_of,

@@ -24,18 +24,18 @@ from lightning.pytorch.plugins import MixedPrecision
 from copier_lightning_core.callbacks.compile import CompileError, TorchCompile
 from copier_lightning_core.checkpoints.checkpoint_io import AtomicCheckpointIO
 from copier_lightning_core.cli import ProjectCLI
-from copier_lightning_core.platform.paths import DEFAULT_CONFIG, PROJECT_ROOT
-
-from harness import FAST, FLAVOURS, Run
+from copier_lightning_core.platform.paths import default_config
+from copier_lightning_core.platform.project import project_root
+from harness import FAST, FLAVOURS, PROJECT, Run
 from probes import probe_arg, read_probes
 from toy import ToyRegressor
 
 # One inductor cache for every test and process of the suite (and later runs of it).
 os.environ.setdefault(
-    "TORCHINDUCTOR_CACHE_DIR", str(Path(tempfile.gettempdir()) / "{{ package_name }}-inductor")
+    "TORCHINDUCTOR_CACHE_DIR", str(Path(tempfile.gettempdir()) / f"{PROJECT}-inductor")
 )
 
-PRESETS = PROJECT_ROOT / "configs" / "presets"
+PRESETS = project_root() / "configs" / "presets"
 ALL_PRESETS = sorted(PRESETS.glob("*.yaml"))
 COMPILE_MODES = {
     "compile": "default",
@@ -73,7 +73,7 @@ def presets_first(run: Run, *configs: str, extra: tuple[str, ...] = ()) -> list[
 
 def default_callback_classes() -> list[str]:
     """configs/default.yaml's callbacks but the progress bar, which FAST turns off."""
-    callbacks = yaml.safe_load(DEFAULT_CONFIG.read_text())["trainer"]["callbacks"]
+    callbacks = yaml.safe_load(default_config().read_text())["trainer"]["callbacks"]
     names = [entry["class_path"].rsplit(".", 1)[-1] for entry in callbacks]
     return [name for name in names if name != "ThrottledProgressBar"]
 
@@ -299,7 +299,7 @@ def subprocess_env(**extra: str) -> dict[str, str]:
 
 def run_command(args: list[str], **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        args, cwd=PROJECT_ROOT, env=subprocess_env(**env), capture_output=True, text=True
+        args, cwd=project_root(), env=subprocess_env(**env), capture_output=True, text=True
     )
 
 
@@ -393,7 +393,7 @@ def test_torchrun_two_nodes_on_localhost(tmp_path):
     nodes = [
         subprocess.Popen(
             ["bash", "scripts/torchrun.sh", *options],
-            cwd=PROJECT_ROOT,
+            cwd=project_root(),
             env=subprocess_env(**common, NODE_RANK=str(rank)),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -439,7 +439,7 @@ def test_slurm_requeued_job_continues_where_it_stopped(tmp_path):
     args = [
         sys.executable,
         "-m",
-        "{{ package_name }}",
+        PROJECT,
         "fit",
         f"--config={PRESETS / 'slurm.yaml'}",
     ]
@@ -475,7 +475,7 @@ def test_launch_scripts_are_valid_bash(script):
 
 
 def test_sbatch_requeues_and_never_forces_a_checkpoint_path():
-    lines = (PROJECT_ROOT / "scripts" / "slurm.sbatch").read_text().splitlines()
+    lines = (project_root() / "scripts" / "slurm.sbatch").read_text().splitlines()
     commands = [line for line in lines if not line.startswith("#")]
     assert not any("--ckpt_path" in line for line in commands)  # it would bypass hpc_ckpt
     assert "#SBATCH --signal=SIGUSR1@90" in lines and "#SBATCH --requeue" in lines

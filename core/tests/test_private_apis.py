@@ -1,5 +1,5 @@
-"""Pins what the framework needs of each private torch or Lightning API
-(framework/platform/private_apis.py).
+"""Pins what the library needs of each private torch or Lightning API
+(platform/private_apis.py).
 
 A torch upgrade that renames or changes one of them fails here, by its name, instead of
 making TorchCompile wrongly report "compiled nothing" or miss a compilation error.
@@ -41,7 +41,6 @@ from copier_lightning_core.platform.private_apis import (
 )
 from copier_lightning_core.run.lightning_cli import ProjectCLI
 from copier_lightning_core.run.loggers import ContinuingWriter, CSVLogger
-
 from harness import FAST, FLAVOURS
 from toy import ToyRegressor
 

@@ -1,4 +1,4 @@
-"""The progress bar (`framework/callbacks/progress.py`): redrawn by time, not after every batch.
+"""The progress bar (`callbacks/progress.py`): redrawn by time, not after every batch.
 
 It is an entry of configs/default.yaml's callbacks (test_run_config.py removes it)."""
 
@@ -11,8 +11,7 @@ from lightning.pytorch.callbacks import TQDMProgressBar
 
 from copier_lightning_core.callbacks.progress import ThrottledProgressBar
 from copier_lightning_core.cli import ProjectCLI
-from copier_lightning_core.platform.paths import DEFAULT_CONFIG
-
+from copier_lightning_core.platform.paths import default_config
 from harness import FAST, FLAVOURS
 
 BATCHES, EPOCHS = 384 // 64, 2  # the tabular toy trains on 384 of its 512 samples
@@ -58,7 +57,7 @@ def test_the_default_bar_draws_the_first_and_last_batch_and_then_by_time(tmp_pat
 
 
 def test_a_bar_of_your_own_in_place_of_the_configs_is_used_as_it_is(tmp_path):
-    callbacks = yaml.safe_load(DEFAULT_CONFIG.read_text())["trainer"]["callbacks"]
+    callbacks = yaml.safe_load(default_config().read_text())["trainer"]["callbacks"]
     own = [
         {"class_path": "lightning.pytorch.callbacks.TQDMProgressBar"}
         if entry["class_path"].endswith(".ThrottledProgressBar")

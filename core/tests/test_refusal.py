@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from {{ package_name }} import framework
+import copier_lightning_core
 from copier_lightning_core import Refusal, cli
+from harness import PROJECT
 
-FRAMEWORK = Path(framework.__file__).parent
+LIBRARY = Path(copier_lightning_core.__file__).parent
 
 
 def _is_main_guard(node: ast.AST) -> bool:
@@ -40,12 +41,12 @@ def exits_of(source: str) -> list[str]:
     return found
 
 
-def test_the_framework_refuses_only_with_refusal_and_exits_only_at_an_entry_point():
+def test_the_library_refuses_only_with_refusal_and_exits_only_at_an_entry_point():
     # A status (the signals' 130/143, a rank that lets rank 0 speak) may still be a
     # SystemExit; a message is always a Refusal, so it reads "error: ..." everywhere.
     found = {
-        str(path.relative_to(FRAMEWORK)): exits
-        for path in sorted(FRAMEWORK.rglob("*.py"))
+        str(path.relative_to(LIBRARY)): exits
+        for path in sorted(LIBRARY.rglob("*.py"))
         if (exits := exits_of(path.read_text(encoding="utf-8")))
     }
     assert found == {}

@@ -1,9 +1,9 @@
 """doctor and `fit` agree: what doctor passes, `fit` starts, and the reverse.
 
 `fit` builds its Trainer with Lightning, which resolves accelerator, devices, strategy and
-precision and refuses what it cannot build; the guard (framework/run/precision.py) checks what
+precision and refuses what it cannot build; the guard (run/precision.py) checks what
 it built. doctor cannot build anything: it predicts the same verdicts from the settings
-(framework/run/hardware.py). For every shipped preset and every pair of them (stacked as
+(run/hardware.py). For every shipped preset and every pair of them (stacked as
 `fit --config a.yaml --config b.yaml` on the default config), doctor's device and precision
 checks must pass exactly when Lightning builds the Trainer for those settings and the
 guard lets it start, on this machine. Only the settings Lightning resolves are built, not
@@ -21,7 +21,7 @@ from lightning.pytorch.cli import LightningArgumentParser
 from lightning.pytorch.plugins import MixedPrecision
 
 from copier_lightning_core.cli import ProjectCLI
-from copier_lightning_core.platform.paths import PROJECT_ROOT
+from copier_lightning_core.platform.project import project_root
 from copier_lightning_core.run.precision import (
     HARDWARE_SETTINGS,
     check_built_trainer,
@@ -31,10 +31,9 @@ from copier_lightning_core.run.resolve import resolve_config
 from copier_lightning_core.tools.doctor import CHECKS
 from copier_lightning_core.tools.doctor.context import Context, probe_machine
 from copier_lightning_core.tools.doctor.registry import FAIL
-
 from harness import FLAVOURS
 
-PRESETS = sorted((PROJECT_ROOT / "configs" / "presets").glob("*.yaml"))
+PRESETS = sorted((project_root() / "configs" / "presets").glob("*.yaml"))
 STACKS = [(path,) for path in PRESETS] + list(itertools.combinations(PRESETS, 2))
 RESOLVER_CHECKS = ("DR005", "DR008")  # precision; accelerator, devices and strategy
 MACHINE = probe_machine(with_compiler=False)
@@ -46,7 +45,7 @@ def name(stack: tuple[Path, ...]) -> str:
 
 
 def doctor_passes(config: dict) -> bool:
-    context = Context(config=config, machine=MACHINE, env={}, root=PROJECT_ROOT)
+    context = Context(config=config, machine=MACHINE, env={}, root=project_root())
     return all(CHECKS[check_id].run(context).status != FAIL for check_id in RESOLVER_CHECKS)
 
 
@@ -112,7 +111,7 @@ def test_on_cpu_only_fp16_with_fsdp2_is_refused(verdicts):
 
 
 def test_fp16_on_cpu_that_doctor_passes_trains_in_real_float16(tmp_path):
-    presets = PROJECT_ROOT / "configs" / "presets"
+    presets = project_root() / "configs" / "presets"
     cli = ProjectCLI(
         args=[
             "fit",

@@ -29,10 +29,9 @@ from torch.utils.data import DataLoader, IterableDataset
 from copier_lightning_core.callbacks.loader_hooks import watch_loaders
 from copier_lightning_core.callbacks.resume import ResumeState, rng_states, set_rng_states
 from copier_lightning_core.cli import ProjectCLI
-from copier_lightning_core.platform.paths import DEFAULT_CONFIG
+from copier_lightning_core.platform.paths import default_config
 from copier_lightning_core.tools.determinism import compare_checkpoints
-
-from harness import FLAVOURS
+from harness import FLAVOURS, PROJECT
 
 TESTS = Path(__file__).parent
 STEPS = 16  # 2 epochs of 256 / 32 batches
@@ -48,7 +47,7 @@ KILLS = {
 @pytest.fixture(scope="module")
 def every_3_steps(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The default callbacks, with the step checkpoint every 3 steps instead of 100."""
-    callbacks = yaml.safe_load(DEFAULT_CONFIG.read_text())["trainer"]["callbacks"]
+    callbacks = yaml.safe_load(default_config().read_text())["trainer"]["callbacks"]
     for callback in callbacks:
         if "every_n_train_steps" in callback.get("init_args", {}):
             callback["init_args"]["every_n_train_steps"] = 3
@@ -78,7 +77,10 @@ def fit_args(root: Path, config: Path, workers: int = 2) -> list[str]:
 
 
 def killed_run(args: list[str], point: str, step: int):
-    killer = {"class_path": "copier_lightning_core.testing.interrupts.KillAt", "init_args": {"point": point, "step": step}}
+    killer = {
+        "class_path": "copier_lightning_core.testing.interrupts.KillAt",
+        "init_args": {"point": point, "step": step},
+    }
     command = [sys.executable, "-m", PROJECT, *args]
     return subprocess.run(
         [*command, f"--trainer.callbacks+={json.dumps(killer)}"],

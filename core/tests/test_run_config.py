@@ -1,5 +1,5 @@
 """What runs is what the config says: every callback and plugin of a run is named in
-`fit --print_config`, and each entry the framework ships can be removed there."""
+`fit --print_config`, and each entry the library ships can be removed there."""
 
 from collections import Counter
 
@@ -16,8 +16,7 @@ from copier_lightning_core import cli
 from copier_lightning_core.callbacks.loader_hooks import Watched
 from copier_lightning_core.callbacks.monitor import MonitorNotLogged
 from copier_lightning_core.cli import ProjectCLI
-from copier_lightning_core.platform.paths import DEFAULT_CONFIG
-
+from copier_lightning_core.platform.paths import default_config
 from harness import FAST, FLAVOURS
 
 # What the Trainer holds without the config's list naming it, and the flag or argument
@@ -50,7 +49,7 @@ def class_name(entry) -> str:
 
 def without(name: str, tmp_path) -> str:
     """`--config` of a file whose `trainer.callbacks` is configs/default.yaml's minus one entry."""
-    callbacks = yaml.safe_load(DEFAULT_CONFIG.read_text())["trainer"]["callbacks"]
+    callbacks = yaml.safe_load(default_config().read_text())["trainer"]["callbacks"]
     kept = [entry for entry in callbacks if class_name(entry) != name]
     assert len(kept) == len(callbacks) - 1, f"{name} is not in configs/default.yaml"
     path = tmp_path / f"without-{name}.yaml"

@@ -12,19 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from copier_lightning_core import run_folders
 from copier_lightning_core.cli import ProjectCLI
-from copier_lightning_core.platform.paths import PROJECT_ROOT
+from copier_lightning_core.platform.project import project_root
+from copier_lightning_core.run import run_folders
 from copier_lightning_core.run.resolve import resolve_config
 from copier_lightning_core.run.run_folders import (
-    RUN_NAME_VARIABLE,
-    RUN_ROOT_VARIABLE,
     claim_fresh,
     planned_root,
+    run_name_variable,
+    run_root_variable,
     runs_of,
 )
 from copier_lightning_core.tools.compare import compare
-
 from harness import FAST, FLAVOURS
 
 TABULAR = [*FAST, *FLAVOURS["tabular"], "--test_after_fit=false", "--trainer.logger=false"]
@@ -56,7 +55,7 @@ def test_two_plain_fits_get_two_folders_and_last_resumes_the_newest(runs, caplog
     validated = cli(runs, "validate", "--ckpt_path=best")
     assert Path(validated.trainer.default_root_dir) == second
     assert Path(validated.config_init.validate.ckpt_path).parent == second / "checkpoints"
-    assert RUN_ROOT_VARIABLE not in os.environ  # no leftover for the next command
+    assert run_root_variable() not in os.environ  # no leftover for the next command
 
 
 def test_fits_started_in_the_same_second_are_numbered_and_sorted_as_numbers(tmp_path):
@@ -93,7 +92,7 @@ def experiments(tmp_path: Path, monkeypatch) -> Path:
     (folder / "short.yaml").write_text(
         "experiment: short\nseed_everything: 7\ntrainer:\n  max_epochs: 3\n"
     )
-    monkeypatch.setattr(run_folders, "EXPERIMENTS", folder)
+    monkeypatch.setattr(run_folders, "experiments_folder", lambda: folder)
     return folder
 
 
@@ -108,13 +107,13 @@ def test_an_experiment_file_is_stacked_on_the_defaults_and_names_the_folder(expe
     assert config["seed_everything"] == 7  # the file's, over configs/default.yaml's
     assert config["trainer"]["max_epochs"] == 5  # what is typed wins over the file
     root = Path(config["trainer"]["default_root_dir"])
-    assert root.parent == PROJECT_ROOT / "runs" / "short" and not root.exists()
+    assert root.parent == project_root() / "runs" / "short" and not root.exists()
     config = resolve_config([f"--config={experiments / 'short.yaml'}"])
     assert config["experiment"] == "short"  # the file names its own folder
 
 
 def test_the_shipped_experiment_names_its_own_file():
-    for path in (PROJECT_ROOT / "configs" / "experiments").glob("*.yaml"):
+    for path in (project_root() / "configs" / "experiments").glob("*.yaml"):
         assert resolve_config([f"--experiment={path.stem}"])["experiment"] == path.stem
 
 
@@ -136,28 +135,28 @@ def test_the_old_runs_default_is_the_oldest_run_and_compares_with_the_new_ones(
 
 def test_ranks_take_the_root_or_the_name_their_launcher_hands_them(tmp_path, monkeypatch):
     folder, handed = tmp_path / "runs" / "default", tmp_path / "runs" / "default" / "older"
-    monkeypatch.setenv(RUN_ROOT_VARIABLE, str(handed))  # by the process that started them
+    monkeypatch.setenv(run_root_variable(), str(handed))  # by the process that started them
     assert planned_root("fit", folder, None) != (handed, False)  # the launching process
     monkeypatch.setenv("LOCAL_RANK", "1")
     assert planned_root("fit", folder, "last") == (handed, False)  # not a newer run since
-    monkeypatch.delenv(RUN_ROOT_VARIABLE)
-    monkeypatch.setenv(RUN_NAME_VARIABLE, "2030-01-01_00-00-00")  # by torchrun.sh
+    monkeypatch.delenv(run_root_variable())
+    monkeypatch.setenv(run_name_variable(), "2030-01-01_00-00-00")  # by torchrun.sh
     assert planned_root("fit", folder, None) == (folder / "2030-01-01_00-00-00", False)
-    monkeypatch.setenv(RUN_NAME_VARIABLE, "../../etc")
+    monkeypatch.setenv(run_name_variable(), "../../etc")
     with pytest.raises(SystemExit, match="cannot be a folder name"):
         planned_root("fit", folder, None)
 
 
 def test_a_launch_of_several_processes_without_a_shared_name_is_refused(tmp_path, monkeypatch):
-    monkeypatch.delenv(RUN_NAME_VARIABLE, raising=False)
+    monkeypatch.delenv(run_name_variable(), raising=False)
     monkeypatch.setenv("WORLD_SIZE", "4")
-    with pytest.raises(SystemExit, match=f"one of 4 .*Set {RUN_NAME_VARIABLE}"):
+    with pytest.raises(SystemExit, match=f"one of 4 .*Set {run_name_variable()}"):
         planned_root("fit", tmp_path / "runs" / "default", None)
 
 
 def test_slurm_tasks_share_the_folder_task_0_makes_and_a_requeue_finds_it(tmp_path, monkeypatch):
     folder = tmp_path / "runs" / "default"
-    monkeypatch.delenv(RUN_NAME_VARIABLE, raising=False)
+    monkeypatch.delenv(run_name_variable(), raising=False)
     monkeypatch.setenv("SLURM_JOB_ID", "4242")
     monkeypatch.setenv("SLURM_STEP_ID", "0")
     monkeypatch.setenv("SLURM_PROCID", "1")

@@ -1,7 +1,7 @@
 """One read of a checkpoint per command (run_plan.py): resolved once, loaded once, handed on.
 
 Every `torch.load` of a file during one command is counted, whoever makes it (the
-framework's readers, LightningCLI's, the Trainer's): a resumed `fit --ckpt_path last`,
+library's readers, LightningCLI's, the Trainer's): a resumed `fit --ckpt_path last`,
 `validate`, `test` and `predict` with `--ckpt_path best` (which also reads `last.ckpt`
 once, where the best one is recorded) and with a file, a folder of shards gathered for
 one process, and `fit --init_from`. A second read of any file fails the test.
@@ -18,7 +18,6 @@ import torch.distributed.checkpoint as dcp
 
 from copier_lightning_core.checkpoints.checkpoint_io import AtomicCheckpointIO
 from copier_lightning_core.checkpoints.load import RUN_STATE
-
 from harness import FAST, FLAVOURS, Run
 
 

@@ -15,7 +15,6 @@ import pytest
 from copier_lightning_core.platform.paths import RunLayout
 from copier_lightning_core.run.resolve import resolve_config
 from copier_lightning_core.run.run_root import claim_for_fit
-
 from harness import Run
 
 

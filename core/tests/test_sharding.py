@@ -23,14 +23,13 @@ from torch import nn
 from copier_lightning_core.callbacks.sharding import find_blocks, with_networks
 from copier_lightning_core.checkpoints.load import is_sharded
 from copier_lightning_core.cli import ProjectCLI, main
-from copier_lightning_core.platform.paths import PROJECT_ROOT
-
-from harness import FAST, FLAVOURS
+from copier_lightning_core.platform.project import project_root
+from harness import FAST, FLAVOURS, PROJECT
 from probes import probe_arg, read_probes
 from toy import ToyRegressor, ToySequenceClassifier, ToyTiedLM
 
 TESTS = Path(__file__).parent
-FSDP2 = PROJECT_ROOT / "configs" / "presets" / "fsdp2.yaml"
+FSDP2 = project_root() / "configs" / "presets" / "fsdp2.yaml"
 STEPS = 4  # one full-batch step per epoch
 FULL_BATCH = 384  # the tabular toy's training set (512 samples, 75 %)
 COMMON = [
@@ -71,7 +70,7 @@ def fit_on_two_processes(
     args += ["--trainer.devices=2", "--test_after_fit=false"]
     args += [f"--trainer.default_root_dir={root}", probe_arg(probes), *extra]
     env = {**os.environ, "PYTHONPATH": path, "WANDB_MODE": "offline"}
-    result = subprocess.run(args, cwd=PROJECT_ROOT, env=env, capture_output=True, text=True)
+    result = subprocess.run(args, cwd=project_root(), env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-4000:]
 
 

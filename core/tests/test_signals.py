@@ -22,7 +22,6 @@ from copier_lightning_core.platform.signals import (
     interrupt_exit_codes,
     shield_workers,
 )
-
 from harness import FAST, FLAVOURS
 
 

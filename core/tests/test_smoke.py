@@ -1,7 +1,7 @@
 """Whatever `configs/default.yaml` names (the example, or your own model and data) trains.
 
-The other framework tests run on the modules of `toy.py`; this one runs yours, for a few
-steps, through the same command as `python -m {{ package_name }} fit`.
+The library's other tests run on the modules of `toy.py`; this one runs the project's, for
+a few steps, through the same command as `python -m <package> fit`.
 """
 
 import math

@@ -21,8 +21,7 @@ import yaml
 
 from copier_lightning_core.tools.sweep import command
 from copier_lightning_core.tools.sweep.spec import SpecError, load_spec
-
-from harness import FAST, FLAVOURS
+from harness import FAST, FLAVOURS, PROJECT
 
 TESTS = Path(__file__).parent
 CSV_ONLY = '--trainer.logger={"class_path": "copier_lightning_core.run.loggers.CSVLogger"}'
@@ -43,7 +42,10 @@ def write_spec(folder: Path, **sections) -> Path:
 
 
 def pause_option(marker: Path) -> str:
-    pause = {"class_path": "copier_lightning_core.testing.interrupts.PauseOnce", "init_args": {"marker": str(marker)}}
+    pause = {
+        "class_path": "copier_lightning_core.testing.interrupts.PauseOnce",
+        "init_args": {"marker": str(marker)},
+    }
     return f"--trainer.callbacks+={json.dumps(pause)}"
 
 
@@ -51,7 +53,7 @@ def sweep_command(spec: Path, folder: Path, *extra: str) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "{{ package_name }}",
+        PROJECT,
         "sweep",
         str(spec),
         "--dir",
@@ -192,14 +194,14 @@ def test_a_bad_spec_is_refused_naming_the_key(tmp_path, section, named):
 def test_a_spec_naming_an_experiment_stacks_its_file_under_every_trials_options(
     tmp_path, monkeypatch
 ):
-    from copier_lightning_core import run_folders
+    from copier_lightning_core.run import run_folders
     from copier_lightning_core.tools.sweep import spec as spec_module
 
     experiments = tmp_path / "experiments"
     experiments.mkdir()
     (experiments / "short.yaml").write_text("seed_everything: 7\ntrainer:\n  max_epochs: 3\n")
-    monkeypatch.setattr(run_folders, "EXPERIMENTS", experiments)
-    monkeypatch.setattr(spec_module, "EXPERIMENTS", experiments)
+    monkeypatch.setattr(run_folders, "experiments_folder", lambda: experiments)
+    monkeypatch.setattr(spec_module, "experiments_folder", lambda: experiments)
     options = [*TOY_OPTIONS, "--trainer.max_epochs=2"]
     spec = load_spec(write_spec(tmp_path, experiment="short", fit_options=options))
     assert spec.fit_options == ["--experiment=short", *options]

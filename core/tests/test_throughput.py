@@ -10,7 +10,6 @@ from copier_lightning_core.callbacks.throughput import (
     compute_dtype,
     flops_per_sample,
 )
-
 from harness import Run
 from toy import ToyRegressor, ToySequenceClassifier
 

@@ -11,7 +11,6 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 
 from copier_lightning_core.callbacks.monitor import MonitorNotLogged
 from copier_lightning_core.cli import main
-
 from harness import PREDICT_SIZES
 from toy import ToyRegressor, ToySequenceClassifier
 

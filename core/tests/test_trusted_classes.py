@@ -36,8 +36,7 @@ from copier_lightning_core.checkpoints.trusted_classes import (
 )
 from copier_lightning_core.cli import ProjectCLI, main
 from copier_lightning_core.platform.refusal import Refusal
-
-from harness import FAST
+from harness import FAST, PROJECT
 
 TESTS = Path(__file__).parent
 TYPED = [
@@ -463,3 +462,35 @@ def test_a_resume_takes_the_checkpoints_value_given_again_on_the_command_line(tr
         args=[*args, "--trainer.max_epochs=2", "--trainer.max_steps=3", "--model.extra=kept"]
     )
     assert cli.model.hparams.extra == "kept"
+
+
+def test_a_checkpoint_naming_the_librarys_classes_as_a_project_held_them_rebuilds_them(tmp_path):
+    """Until v0.2.0 the library was copied into each project as `<package>.framework`, first
+    flat (`framework.health`), then in rooms (`framework.callbacks.health`): its checkpoints
+    name the library's classes so. They are the library's classes, read by their paths of
+    today (platform/old_paths.py), and nothing is imported from the old paths."""
+    from copier_lightning_core.callbacks.health import GradientHealth, NonFiniteGuard
+
+    guards = [
+        {"class_path": "copier_lightning_core.callbacks.health.NonFiniteGuard"},
+        {"class_path": "copier_lightning_core.callbacks.health.GradientHealth"},
+    ]
+    guards[0]["init_args"] = {"check_every_n_steps": 5}
+    toy = [*FAST, "--trainer.logger=false", "--test_after_fit=false", "--trainer.max_steps=2"]
+    toy += ["--model=toy.ToyGuardedRegressor", "--data=toy.ToyTabularData"]
+    toy += ["--checkpoint.monitor=val/loss", "--checkpoint.mode=min"]
+    root = tmp_path / "run"
+    given = f"--model.guards={json.dumps(guards)}"
+    ProjectCLI(args=["fit", *toy, given, f"--trainer.default_root_dir={root}"])
+    checkpoint = torch.load(root / "checkpoints" / "last.ckpt", weights_only=True)
+    recorded = checkpoint["hyper_parameters"]["guards"]
+    assert [guard["class_path"] for guard in recorded] == [guard["class_path"] for guard in guards]
+    recorded[0]["class_path"] = f"{PROJECT}.framework.callbacks.health.NonFiniteGuard"  # rooms
+    recorded[1]["class_path"] = f"{PROJECT}.framework.health.GradientHealth"  # flat
+    old = tmp_path / "old.ckpt"
+    torch.save(checkpoint, old)
+    again = f"--trainer.default_root_dir={tmp_path / 'again'}"
+    rebuilt = ProjectCLI(args=["validate", *toy, again, f"--ckpt_path={old}"]).model.guards
+    assert [type(guard) for guard in rebuilt] == [NonFiniteGuard, GradientHealth]
+    assert rebuilt[0].check_every_n_steps == 5
+    assert not any(name.startswith(f"{PROJECT}.framework") for name in sys.modules)

@@ -11,7 +11,6 @@ import yaml
 from copier_lightning_core.cli import ProjectCLI, main
 from copier_lightning_core.tools.tune import batch_size, learning_rate
 from copier_lightning_core.tools.tune.measure import Measurement
-
 from harness import FAST, Run
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

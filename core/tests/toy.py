@@ -1,7 +1,8 @@
-"""The framework tests' own modules: two tasks that look nothing like the example.
+"""The library tests' own modules: tasks that look nothing like a project's example.
 
-The framework's tests run on these, never on the example in `src/`, which is yours to
-replace: after you swap the example for your own model and data, these tests still pass.
+The library's tests run on these, never on the model and data of the project they run in
+(a project replaces its example with its own): whatever the project holds, these tests
+still pass.
 
 - `ToyRegressor` / `ToyTabularData`: tabular regression, `(features, target)` tuple
   batches, no `num_classes`, no `example_input_array`, plain DataLoaders, metric `val/loss`;
@@ -9,7 +10,7 @@ replace: after you swap the example for your own model and data, these tests sti
 - `ToySequenceClassifier` / `ToySequenceData`: token sequences in a plain list-backed
   Dataset, dict batches (`tokens`, `mask`, `label`), `num_classes`, a dict
   `example_input_array`, shuffled loading by torchdata's `StatefulDataLoader` with the
-  framework's `LoaderOptions` (workers included), random token dropout drawn from torch's global RNG while training,
+  library's `LoaderOptions` (workers included), random token dropout drawn from torch's global RNG while training,
   and metrics named `valid_nll` / `valid_accuracy` (not `val/loss`).
 - `ToyDenoiser` / `ToySignals`: unsupervised denoising of plain `(N, length)` tensor
   batches (no target, no tuple), a required injected network kept out of the
@@ -37,13 +38,16 @@ replace: after you swap the example for your own model and data, these tests sti
   `manual_backward` per batch (the generator gets its gradient only in the second), so
   `trainer.global_step` counts two optimizer steps per batch; `training_step` returns
   nothing. Plain `(N, dim)` tensor batches from a `StatefulDataLoader` with the
-  framework's `LoaderOptions`. For the tests of manual optimization.
+  library's `LoaderOptions`. For the tests of manual optimization.
 - `ToyFrozenBaseRegressor`: the tabular regressor whose first layer is a frozen base
   built from a seed (`base_seed`), as a pretrained backbone the config rebuilds; only
   the head trains. For the tests of checkpoints that leave frozen weights out.
 - `ToyLoRARegressor`: the tabular regressor whose MLP trains LoRA adapters through `peft`
   (`get_peft_model`), its base weights frozen, built from a seed so the config rebuilds
   them. For the tests of adapters (needs peft; its tests skip without it).
+- `ToyGuardedRegressor`: the tabular regressor with callbacks among its arguments, which
+  its checkpoints record by class path. For the test that class paths of older releases
+  still read.
 """
 
 import math
@@ -171,6 +175,22 @@ class ToyInjectedRegressor(ToyRegressor):
             self.net = net
 
 
+class ToyGuardedRegressor(ToyRegressor):
+    """The regressor with callbacks among its arguments (`--model.guards`), which its
+    checkpoints record by class path: for the test that the class paths of older releases
+    still read (platform/old_paths.py)."""
+
+    def __init__(
+        self,
+        num_features: int = 8,
+        hidden: int = 16,
+        lr: float = 1e-2,
+        guards: tuple[L.Callback, ...] = (),
+    ) -> None:
+        super().__init__(num_features, hidden, lr)
+        self.guards = guards
+
+
 class PacedSamples(Dataset):
     """Regression samples, each taking `item_seconds` to load (a slow decode or augment)."""
 
@@ -190,7 +210,7 @@ class PacedSamples(Dataset):
 
 
 class ToyPacedData(L.LightningDataModule):
-    """`num_samples` training samples behind a loader with the framework's worker options."""
+    """`num_samples` training samples behind a loader with the library's worker options."""
 
     def __init__(
         self,

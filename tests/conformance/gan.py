@@ -1,6 +1,6 @@
 """A user's GAN: manual optimization of a generator and a discriminator, two optimizers.
 
-What it brings the framework: `automatic_optimization = False`, two optimizers and two
+What it brings the library: `automatic_optimization = False`, two optimizers and two
 `manual_backward` calls per batch (so `trainer.global_step` counts two optimizer steps
 per batch), a backward pass that reaches only half of the parameters (the discriminator's
 on detached fakes: DDP must be told), and noise drawn from torch's global RNG in every
@@ -19,7 +19,7 @@ from torch import nn
 from torch.utils.data import Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from PACKAGE.framework import LoaderOptions
+from copier_lightning_core import LoaderOptions
 
 LATENT = 8
 CENTER, SPREAD = torch.tensor([2.0, -1.0]), 0.3

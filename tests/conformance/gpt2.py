@@ -1,6 +1,6 @@
 """A user's GPT-2: transformers' GPT2LMHeadModel in a few lines of Lightning.
 
-What it brings the framework: tied input and output embeddings (one tensor under two
+What it brings the library: tied input and output embeddings (one tensor under two
 names: a shard, an export and a checkpoint must keep them one), dropout, and dict batches
 with an attention mask over right-padded sequences of varying length. The data: counting
 sequences (start, start + step, start + 2 step, ... modulo the vocabulary), learnable
@@ -16,7 +16,7 @@ from torch.utils.data import Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from PACKAGE.framework import LoaderOptions
+from copier_lightning_core import LoaderOptions
 
 VOCAB, LENGTH = 100, 16
 

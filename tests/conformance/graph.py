@@ -1,6 +1,6 @@
 """A user's graph network: torch_geometric's GIN on PyG `Batch` objects.
 
-What it brings the framework: batches that are neither tensors nor tuples nor dicts but
+What it brings the library: batches that are neither tensors nor tuples nor dicts but
 PyG `Batch` objects (graphs of different sizes glued into one: node features `x`, edges
 `edge_index`, and `batch`, the graph of each node), made by PyG's own DataLoader (a
 subclass of torch's, with PyG's collate function); inputs without a shared first

@@ -1,12 +1,13 @@
 """A callback that holds a run at an exact point until a signal comes from outside.
 
-Copied from the generated project's own tests (tests/framework/kill_points.py, `PauseAt`)
-into the rendered project's package by tests/test_conformance.py. At `point` when
-`trainer.global_step == step` it writes `marker` and waits: the test then sends SIGKILL
+Like the library's `copier_lightning_core.testing.interrupts.PauseAt`, but a resumed run
+does not pause again (its marker exists); copied into the rendered project by
+tests/test_conformance.py. At `point` when `trainer.global_step == step` it writes
+`marker` and waits: the test then sends SIGKILL
 or SIGTERM to the run's whole process group (DataLoader workers included), as `kill -9`,
 a scheduler or the OOM killer would. A kill timed from outside lands wherever the timing
 puts it; this makes the point exact. SIGKILL ends the wait with the process; after
-SIGTERM Lightning finishes the current batch and the framework saves and exits 143.
+SIGTERM Lightning finishes the current batch and the library saves and exits 143.
 
 Points: `train_batch` (before a training batch: mid-epoch) and `epoch_start` (after the
 previous epoch's validation and checkpoints: an epoch boundary).

@@ -1,6 +1,6 @@
 """A user's 3-D segmentation network: MONAI's UNet with spatial_dims=3.
 
-What it brings the framework: 3-D convolutions and transposed convolutions on 5-D
+What it brings the library: 3-D convolutions and transposed convolutions on 5-D
 tensors (batch, channel, depth, height, width), residual units with instance norm and
 PReLU, a per-voxel loss. The data: 16^3 volumes of noise holding a brighter box of
 random size and place; the target is the box's mask. Made in memory from a seed, served
@@ -15,7 +15,7 @@ from monai.networks.nets import UNet
 from torch.utils.data import TensorDataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from PACKAGE.framework import LoaderOptions
+from copier_lightning_core import LoaderOptions
 
 SIZE = 16
 

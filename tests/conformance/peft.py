@@ -1,6 +1,6 @@
 """A user's LoRA fine-tune: peft's adapters on transformers' LlamaForCausalLM.
 
-What it brings the framework: `get_peft_model(model, LoraConfig(...))`, a frozen base
+What it brings the library: `get_peft_model(model, LoraConfig(...))`, a frozen base
 (most parameters without gradients, none of them in the optimizer) and small trainable
 adapters inside every linear layer, under peft's wrapper modules and names
 (`base_model.model...lora_A.default.weight`); rotary position embeddings and RMSNorm.
@@ -19,7 +19,7 @@ from torch.utils.data import Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from PACKAGE.framework import LoaderOptions
+from copier_lightning_core import LoaderOptions
 
 VOCAB, LENGTH = 64, 16
 

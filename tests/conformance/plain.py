@@ -1,9 +1,9 @@
 """A user's BERT on a plain `torch.utils.data.DataLoader`: the loader most code has.
 
-What it brings the framework: a DataModule that builds `torch.utils.data.DataLoader(ds,
+What it brings the library: a DataModule that builds `torch.utils.data.DataLoader(ds,
 batch_size=8, shuffle=True, num_workers=...)` itself, with no generator and without
 `LoaderOptions` (torch's RandomSampler, whose position no checkpoint holds): the
-framework rebuilds it as torchdata's StatefulDataLoader in a one-process run, so a run
+library rebuilds it as torchdata's StatefulDataLoader in a one-process run, so a run
 killed mid-epoch must still resume exactly; under DDP / FSDP2 Lightning's
 DistributedSampler orders each epoch. The model: transformers' BertForSequenceClassification
 (token type embeddings, a pooler, dropout). The data: token sequences drawn from one of

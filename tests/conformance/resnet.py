@@ -1,6 +1,6 @@
 """A user's ResNet: transformers' ResNetForImageClassification in a few lines of Lightning.
 
-What it brings the framework: BatchNorm running statistics (buffers a resume and a shard
+What it brings the library: BatchNorm running statistics (buffers a resume and a shard
 must carry), in-place activations, `(images, labels)` tuple batches. The data: 16x16
 images with a bright blob in one of four quadrants, the label naming the quadrant; made in
 memory from a seed, served by torchdata's StatefulDataLoader with shuffling on.
@@ -14,7 +14,7 @@ from torch.utils.data import TensorDataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 from transformers import ResNetConfig, ResNetForImageClassification
 
-from PACKAGE.framework import LoaderOptions
+from copier_lightning_core import LoaderOptions
 
 SIZE, CLASSES = 16, 4
 

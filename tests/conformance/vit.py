@@ -1,6 +1,6 @@
 """A user's ViT with dropout: transformers' ViTForImageClassification in a few lines of Lightning.
 
-What it brings the framework: dropout, which draws from torch's RNG at every training
+What it brings the library: dropout, which draws from torch's RNG at every training
 step (a resume must restore it to continue bit-exactly), attention, a CLS token and
 position embeddings as bare parameters. The data: 16x16 images whose stripes run one of
 four ways, the label naming the direction; made in memory from a seed, served by
@@ -15,7 +15,7 @@ from torch.utils.data import TensorDataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 from transformers import ViTConfig, ViTForImageClassification
 
-from PACKAGE.framework import LoaderOptions
+from copier_lightning_core import LoaderOptions
 
 SIZE, CLASSES = 16, 4
 

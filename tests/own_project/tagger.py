@@ -1,4 +1,4 @@
-"""A user's own model and data, unlike the example in every way the framework could assume.
+"""A user's own model and data, unlike the example in every way the library could assume.
 
 A small transformer encoder classifies token sequences: does token 1 occur more often
 than token 2? Batches are dicts (`input_ids`, `attention_mask`, `target`), the dataset is
@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from PACKAGE.framework import LoaderOptions, logs_this_step
+from copier_lightning_core import LoaderOptions, logs_this_step
 
 VOCAB, LENGTH = 16, 10
 

@@ -191,7 +191,7 @@ class _Taker:
         class_path = hparams.get("_class_path", default_class)
         cls = self._class(class_path, f"{where}._class_path" if "_class_path" in hparams else where)
         if "_class_path" in hparams and cls is not None:
-            taken["_class_path"] = class_path
+            taken["_class_path"] = self._handed(class_path)
         if "_instantiator" in hparams:
             taken["_instantiator"] = hparams["_instantiator"]  # check_sections checked it
         arguments = {key: value for key, value in hparams.items() if not key.startswith("_")}
@@ -233,7 +233,9 @@ class _Taker:
             return self.arguments(_origin_class(annotation), value, where)
         if isinstance(value, str) and self._can_build(annotation):
             # As a class config: jsonargparse would read a bare string as YAML or a path.
-            return _REFUSED if self._class(value, where) is None else {"class_path": value}
+            if self._class(value, where) is None:
+                return _REFUSED
+            return {"class_path": self._handed(value)}
         if isinstance(value, Mapping) and "class_path" in value and self._can_build(annotation):
             return self.instance(value, where)
         if isinstance(value, list | tuple) and _items_of(annotation) is not None:
@@ -250,7 +252,7 @@ class _Taker:
         cls = self._class(config["class_path"], f"{where}.class_path")
         if cls is None:
             return _REFUSED
-        taken: dict[str, Any] = {"class_path": config["class_path"]}
+        taken: dict[str, Any] = {"class_path": self._handed(config["class_path"])}
         for key in ("init_args", "dict_kwargs"):
             arguments = config.get(key)
             if arguments is None:
@@ -274,6 +276,14 @@ class _Taker:
             self._refuse(where, class_path, reason)
             return None
         return found
+
+    def _handed(self, class_path: str) -> str:
+        """The path jsonargparse imports for a class `_class` took: a named one as named, a
+        trusted one by the path that names it today (a path an older release wrote is read
+        as the one that replaced it)."""
+        if class_path in self.trust.named:
+            return class_path
+        return trusted_path(class_path) or class_path
 
     def _can_build(self, annotation: Any) -> bool:
         """Whether jsonargparse would build a class for `annotation` from a class config."""
@@ -300,9 +310,26 @@ def trusted_object(class_path: str) -> Any:
     which torch imported; jsonargparse follows attributes the same way).
 
     Only modules of the trusted packages are imported. No part may be a dunder
-    (`pkg.__main__`, `torch.nn.Module.__init__.__globals__`).
+    (`pkg.__main__`, `torch.nn.Module.__init__.__globals__`). A path an older release wrote
+    that names nothing today names what replaced it (trusted_path).
     """
-    parts = current_path(class_path).split(".")
+    path = trusted_path(class_path)
+    return None if path is None else _trusted_object(path)
+
+
+def trusted_path(class_path: str) -> str | None:
+    """`class_path` when it names a trusted object, else its path of today when that one
+    does (`<package>.framework.health.X`, written until v0.2.0: platform/old_paths.py);
+    None when neither does. Tried as written first: a project's own `<package>.framework`
+    module is the project's."""
+    for path in dict.fromkeys((class_path, current_path(class_path))):
+        if _trusted_object(path) is not None:
+            return path
+    return None
+
+
+def _trusted_object(class_path: str) -> Any:
+    parts = class_path.split(".")
     if (
         len(parts) < 2
         or parts[0] not in trusted_packages()

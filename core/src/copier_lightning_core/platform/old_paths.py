@@ -5,7 +5,8 @@ Class paths are written into files the library does not own: each run's recorded
 specs. Until v0.2.0 the template copied the library into each project as
 `<package>.framework` (first flat, `framework.health`, then in rooms,
 `framework.callbacks.health`); `copier update` rewrites the paths in the project's own
-configs, and this keeps what it cannot rewrite, such as old runs, readable:
+configs, and this keeps the checkpoints of old runs loadable (their hyperparameters and
+callbacks, read through checkpoints/trusted_classes.py):
 `<package>.framework.health.NonFiniteGuard` is read as
 `copier_lightning_core.callbacks.health.NonFiniteGuard`, the same class, so `isinstance`
 checks and recorded classes agree.

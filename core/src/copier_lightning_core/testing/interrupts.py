@@ -106,7 +106,7 @@ class PauseOnce(L.Callback):
 class PauseAt(KillAt):
     """At `point` when `trainer.global_step == step`: writes `marker`, then waits for a signal.
 
-    SIGKILL ends the process while it waits. After SIGTERM or Ctrl-C (which the framework
+    SIGKILL ends the process while it waits. After SIGTERM or Ctrl-C (which the library
     routes to Lightning's SIGTERM handler) it carries on, and Lightning stops the run after
     the current batch. At the `save` point it waits inside the checkpoint writer and then
     finishes the write.

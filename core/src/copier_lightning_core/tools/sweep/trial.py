@@ -83,7 +83,12 @@ class TrialJob(Checkpointable):
         self._on_slurm = False
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"sweep": self.sweep, "number": self.number, "env": self.env, "package": self.package}
+        return {
+            "sweep": self.sweep,
+            "number": self.number,
+            "env": self.env,
+            "package": self.package,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         # Only the trial travels (to a SLURM job, or into submitit's checkpoint): no process.
