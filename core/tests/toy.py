@@ -185,7 +185,7 @@ class ToyGuardedRegressor(ToyRegressor):
         num_features: int = 8,
         hidden: int = 16,
         lr: float = 1e-2,
-        guards: tuple[L.Callback, ...] = (),
+        guards: list[L.Callback] | None = None,  # Optional: its items are read through it
     ) -> None:
         super().__init__(num_features, hidden, lr)
         self.guards = guards

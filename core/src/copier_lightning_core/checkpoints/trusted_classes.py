@@ -225,6 +225,7 @@ class _Taker:
         """`value` as it may be handed over for `annotation`, or _REFUSED (and why, recorded)."""
         if _names_no_code(value):
             return value  # numbers, booleans, None, tensors: nothing to import
+        annotation = _without_none(annotation)  # a value that is not None is of the other arm
         if _is_plain(annotation):
             if _fits(value, annotation):
                 return value
@@ -521,6 +522,14 @@ def _names_no_code(value: Any) -> bool:
 def _is_nested_config(annotation: Any) -> bool:
     """A dataclass: jsonargparse parses it as a group of its fields, not a class_path."""
     return dataclasses.is_dataclass(_origin_class(annotation))
+
+
+def _without_none(annotation: Any) -> Any:
+    """`X` for `X | None` (`Optional[X]`); any other annotation as it is."""
+    if typing.get_origin(annotation) not in (typing.Union, types.UnionType):
+        return annotation
+    arms = [arm for arm in typing.get_args(annotation) if arm is not type(None)]
+    return arms[0] if len(arms) == 1 else annotation
 
 
 def _origin_class(annotation: Any) -> Any:
