@@ -314,8 +314,7 @@ def trusted_object(class_path: str) -> Any:
     (`pkg.__main__`, `torch.nn.Module.__init__.__globals__`). A path an older release wrote
     that names nothing today names what replaced it (trusted_path).
     """
-    path = trusted_path(class_path)
-    return None if path is None else _trusted_object(path)
+    return _resolved(class_path)[1]
 
 
 def trusted_path(class_path: str) -> str | None:
@@ -323,10 +322,16 @@ def trusted_path(class_path: str) -> str | None:
     does (`<package>.framework.health.X`, written until v0.2.0: platform/old_paths.py);
     None when neither does. Tried as written first: a project's own `<package>.framework`
     module is the project's."""
+    return _resolved(class_path)[0]
+
+
+def _resolved(class_path: str) -> tuple[str | None, Any]:
+    """(the path that names a trusted object, that object) as trusted_path says; (None, None)."""
     for path in dict.fromkeys((class_path, current_path(class_path))):
-        if _trusted_object(path) is not None:
-            return path
-    return None
+        found = _trusted_object(path)
+        if found is not None:
+            return path, found
+    return None, None
 
 
 def _trusted_object(class_path: str) -> Any:

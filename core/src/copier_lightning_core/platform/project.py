@@ -31,8 +31,8 @@ _handed: list[str] = []
 def serve(package: str) -> None:
     """Name the project this process serves (the project's `__main__.py`, a test's conftest)."""
     _handed[:] = [package]
-    project_package.cache_clear()
-    project_root.cache_clear()
+    for cached in (project_package, package_folder, project_root):
+        cached.cache_clear()
 
 
 def _from_main_module() -> str | None:
@@ -72,8 +72,9 @@ def project_package() -> str:
 
 
 @functools.cache
-def project_root() -> Path:
-    """The project's folder: the one above `src/` that holds its package."""
+def package_folder() -> Path:
+    """The folder the project's package is imported from (its sources when installed
+    editable, else the installed copy)."""
     package = project_package()
     spec = importlib.util.find_spec(package)
     if spec is None or spec.origin is None:
@@ -81,7 +82,13 @@ def project_root() -> Path:
             f"the project's package {package!r} is not importable from this Python "
             f"({sys.executable}): install the project (`pip install -e .` in its folder)."
         )
-    folder = Path(spec.origin).resolve().parent
+    return Path(spec.origin).resolve().parent
+
+
+@functools.cache
+def project_root() -> Path:
+    """The project's folder: the one above `src/` that holds its package."""
+    folder = package_folder()
     for parent in folder.parents:
         if (parent / "pyproject.toml").is_file():
             return parent

@@ -31,7 +31,6 @@ calls this after parsing, just before it builds the model, data and Trainer.
 """
 
 import errno
-import importlib.util
 import os
 import sys
 import tempfile
@@ -39,7 +38,7 @@ from pathlib import Path
 from typing import IO
 
 from ..platform.paths import RunLayout
-from ..platform.project import project_package, project_root
+from ..platform.project import package_folder, project_root
 from ..platform.refusal import Refusal
 from .run_plan import continues_run
 
@@ -95,10 +94,8 @@ def _looping_link(root: Path) -> Path | None:
 def _code_folders() -> tuple[Path, ...]:
     """The project's sources, its installed package (outside them when not installed
     editable) and this library's."""
-    sources = (project_root() / "src").resolve()  # refuses first when the package is missing
-    spec = importlib.util.find_spec(project_package())
-    package = Path(spec.origin).resolve().parent if spec and spec.origin else sources
-    return (sources, package, Path(__file__).resolve().parents[1])
+    sources = (project_root() / "src").resolve()
+    return (sources, package_folder(), Path(__file__).resolve().parents[1])
 
 
 def claim_run_root(command: str, layout: RunLayout, ckpt_path: str | None) -> None:
