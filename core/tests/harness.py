@@ -9,10 +9,14 @@ checkpoints are judged by.
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from jsonargparse import Namespace
 
 from copier_lightning_core.cli import ProjectCLI
 from copier_lightning_core.platform.project import SETTINGS_TABLE, project_package, project_root
 from copier_lightning_core.platform.refusal import Refusal
+from copier_lightning_core.run.run_plan import RunPlan, plan_run
 
 NO_PROJECT = (
     "the library's tests run inside a project rendered by the copier-lightning template: they "
@@ -121,3 +125,23 @@ class Run:
     @property
     def checkpoints(self) -> Path:
         return self.root / "checkpoints"
+
+
+class _Parsed(Exception):
+    """Carries the config ProjectCLI's parser made out of the CLI, before any plan."""
+
+
+class _ParseOnly(ProjectCLI):
+    def parse_arguments(self, parser: Any, args: Any) -> None:
+        raise _Parsed(parser.parse_args(args))
+
+
+def planned(command: str, *args: str) -> tuple[RunPlan, Namespace]:
+    """The run plan `plan_run` makes of `command` with these arguments, and the command's
+    config it filled in; nothing is claimed or built."""
+    try:
+        _ParseOnly(args=[command, *args])
+    except _Parsed as parsed:
+        config: Namespace = parsed.args[0][command]
+        return plan_run(command, config, list(args)), config
+    raise AssertionError("ProjectCLI returned without parsing")

@@ -1,4 +1,9 @@
-"""One read of a checkpoint per command (run_plan.py): resolved once, loaded once, handed on.
+"""The run plan (run_plan.py): a command's decisions made in one function, as data; and
+one read of its checkpoint: resolved once, loaded once, handed on.
+
+`plan_run` is given the config ProjectCLI parses, as the CLI gives it: a fresh fit, a
+fit going on with the experiment's newest run, `validate --ckpt_path best` and a checkpoint
+file from outside any run each get their folder, checkpoint, lock and loggers.
 
 Every `torch.load` of a file during one command is counted, whoever makes it (the
 library's readers, LightningCLI's, the Trainer's): a resumed `fit --ckpt_path last`,
@@ -9,6 +14,7 @@ one process, and `fit --init_from`. A second read of any file fails the test.
 
 import os
 import pickle
+import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -18,7 +24,9 @@ import torch.distributed.checkpoint as dcp
 
 from copier_lightning_core.checkpoints.checkpoint_io import AtomicCheckpointIO
 from copier_lightning_core.checkpoints.load import RUN_STATE
-from harness import FAST, FLAVOURS, Run
+from copier_lightning_core.cli import ProjectCLI
+from copier_lightning_core.run.run_plan import RunPlan
+from harness import FAST, FLAVOURS, Run, planned
 
 
 def tabular_run(root: Path) -> Run:
@@ -65,6 +73,95 @@ def _file_of(source: object) -> Path | None:
         if isinstance(value, str):
             return Path(value).resolve()
     return None
+
+
+@pytest.fixture(scope="module")
+def experiment(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], Path]:
+    """(the options that aim a command at a runs folder, its one run of experiment `default`)."""
+    runs = tmp_path_factory.mktemp("experiment") / "runs"
+    options = [*FAST, *FLAVOURS["tabular"], f"--runs_dir={runs}", "--test_after_fit=false"]
+    run = Path(ProjectCLI(args=["fit", *options]).trainer.default_root_dir)
+    return options, run
+
+
+def decisions(plan: RunPlan) -> dict[str, object]:
+    """What a plan decided, as plain data."""
+    return {
+        "root": plan.root,
+        "fresh": plan.fresh,
+        "checkpoint": plan.path,
+        "loaded": plan.checkpoint is not None,
+        "hyperparameters": plan.hparams is not None,
+        "lock": plan.lock,
+        "loggers": plan.loggers,
+    }
+
+
+def test_a_plain_fit_plans_a_fresh_locked_folder_and_loads_nothing(experiment):
+    options, run = experiment
+    plan, config = planned("fit", *options)
+    assert plan.root.parent == run.parent and plan.root != run and not plan.root.exists()
+    assert decisions(plan) == {
+        "root": plan.root,
+        "fresh": True,
+        "checkpoint": None,
+        "loaded": False,
+        "hyperparameters": False,
+        "lock": True,
+        "loggers": {},
+    }
+    assert config.trainer.default_root_dir == str(plan.root)
+    assert config.trainer.logger[0].init_args.save_dir == str(plan.root)
+
+
+def test_fit_with_last_goes_on_in_the_newest_run_with_its_logger_version(experiment):
+    options, run = experiment
+    plan, config = planned("fit", *options, "--ckpt_path=last")
+    last = run / "checkpoints" / "last.ckpt"
+    assert decisions(plan) == {
+        "root": run,
+        "fresh": False,
+        "checkpoint": last,
+        "loaded": True,
+        "hyperparameters": True,
+        "lock": True,
+        "loggers": {"CSVLogger": 0},  # csv/version_0 goes on, not a version_1
+    }
+    assert config.ckpt_path == str(last)
+    assert config.trainer.logger[0].init_args.version == 0
+
+
+def test_validate_best_reads_the_best_checkpoint_of_the_newest_run_and_takes_no_lock(experiment):
+    options, run = experiment
+    plan, config = planned("validate", *options, "--ckpt_path=best")
+    best = best_of(Run("tabular", run, options))
+    assert decisions(plan) == {
+        "root": run,
+        "fresh": False,
+        "checkpoint": best,
+        "loaded": True,
+        "hyperparameters": True,
+        "lock": False,
+        "loggers": {},
+    }
+    assert config.ckpt_path == str(best)
+
+
+def test_a_checkpoint_from_outside_any_run_starts_a_fresh_run(experiment, tmp_path):
+    options, run = experiment
+    outside = tmp_path / "shared.ckpt"
+    shutil.copy(run / "checkpoints" / "last.ckpt", outside)
+    plan, _ = planned("fit", *options, f"--ckpt_path={outside}")
+    assert plan.root.parent == run.parent and plan.root != run
+    assert decisions(plan) == {
+        "root": plan.root,
+        "fresh": True,
+        "checkpoint": outside,
+        "loaded": True,
+        "hyperparameters": True,
+        "lock": True,
+        "loggers": {"CSVLogger": 0},  # the version its provenance records, in the new folder
+    }
 
 
 def test_a_resumed_fit_reads_last_ckpt_once(tmp_path, reads):

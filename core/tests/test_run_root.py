@@ -15,7 +15,7 @@ import pytest
 from copier_lightning_core.platform.paths import RunLayout
 from copier_lightning_core.run.resolve import resolve_config
 from copier_lightning_core.run.run_root import claim_for_fit
-from harness import Run
+from harness import FAST, FLAVOURS, Run, planned
 
 
 def test_a_second_fit_into_a_run_folder_is_refused_and_changes_nothing(fitted: Run):
@@ -100,6 +100,10 @@ def test_the_launching_process_alone_takes_the_lock(tmp_path, monkeypatch):
     layout = RunLayout(tmp_path / "run")
     layout.checkpoints.mkdir(parents=True)
     layout.last.write_bytes(b"written by rank 0 meanwhile")
+    args = [*FAST, *FLAVOURS["tabular"], f"--trainer.default_root_dir={layout.root}"]
+    assert planned("fit", *args)[0].lock  # rank 0 would refuse this folder
     monkeypatch.setenv("LOCAL_RANK", "1")
-    claim_for_fit(layout, None)
+    plan, config = planned("fit", *args)
+    assert not plan.lock
+    plan.claim(config)
     assert not (layout.root / ".run.lock").exists()

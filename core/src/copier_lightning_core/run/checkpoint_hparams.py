@@ -17,7 +17,7 @@ replace the config's `model:` section, command-line flags included, without a wo
   the checkpoint is warned: a learning-rate schedule made for the run's length continues
   from its saved state, so the rate jumps, or rises again past the old end.
 
-`--ckpt_path last` and `best` are read the same way (run_plan.py turns them into files).
+`--ckpt_path last` and `best` are read the same way (ckpt_path.py turns them into files).
 
 The data goes with the model: LightningCLI rebuilds only the model, so a run trained with
 classes named on the command line (`--model pkg.mine.Bert --data pkg.mine.Tokens`) and
@@ -171,9 +171,14 @@ class CheckpointHparams:
     the checkpoint's hyperparameters as they may be applied (trusted_classes.py)."""
 
     def __init__(
-        self, command: str, config: Namespace, path: Path, checkpoint: dict[str, Any], args: Any
+        self,
+        command: str,
+        config: Namespace,
+        path: Path,
+        checkpoint: dict[str, Any],
+        words: Sequence[str],
     ) -> None:
-        words = args if isinstance(args, list) else sys.argv[1:]
+        """`words`: the command line as typed, whose `--model.<key>` flags are explicit."""
         self.explicit = {section: explicit_keys(words, section) for section in SECTIONS}
         self.data = _data_to_rebuild(checkpoint, config.get("data"), self.explicit["data"])
         check_sections(checkpoint, path, ("hyper_parameters", *DATA_SECTIONS))

@@ -1,12 +1,17 @@
 """`ProjectCLI`: LightningCLI with the project's defaults, run layout and checks.
 
 It is what `python -m <package> fit|validate|test|predict` runs (cli.py dispatches to it).
-LightningCLI's public hooks are used: `add_arguments_to_parser` (options, links),
-`parse_arguments` (paths, the run plan: run_plan.py), `instantiate_trainer` (the checkpoint
-folder, the progress-bar flag, `--init_from`) and the `before_<command>` / `after_<command>`
-methods; one private method is replaced, `_parse_ckpt_path`, so that LightningCLI takes the
-checkpoint's hyperparameters from the plan instead of reading the file again
-(private_apis.py says more). Every callback
+A command reads top to bottom: `parse_arguments` parses, checks the values and makes the
+run plan (`plan_run`, run_plan.py: the run folder, the checkpoint read once, its
+hyperparameters, the lock, the loggers' continuation), the one thing the CLI keeps of the
+command; every later hook reads it. LightningCLI's public hooks are used:
+`add_arguments_to_parser` (options, links), `parse_arguments`,
+`before_instantiate_classes` (the hyperparameters reconciled, then the plan's claim of the
+folder), `instantiate_trainer` (the checkpoint folder, the progress-bar flag,
+`--init_from`) and the `before_<command>` / `after_<command>` methods; one private method
+is replaced, `_parse_ckpt_path`, so that LightningCLI takes the checkpoint's
+hyperparameters from the plan instead of reading the file again (private_apis.py says
+more). Every callback
 and plugin of a run is named in the config (`fit --print_config` prints them); the CLI
 adds none but `InitFromWeights`, which `--init_from` asks for, and LightningCLI's saver
 of the config (`RunConfigSaver`, which needs the parser, so no config entry can name it).
@@ -35,7 +40,7 @@ from lightning.pytorch.utilities.model_helpers import is_overridden
 from ..callbacks.finetune import InitFromWeights
 from ..callbacks.predictions import PredictionWriter
 from ..checkpoints.checkpoint_io import AtomicCheckpointIO
-from ..checkpoints.load import check_weights_file, check_weights_fit
+from ..checkpoints.load import check_weights_fit
 from ..checkpoints.provenance import CheckpointProvenance
 from ..platform.bad_input import refuse_bad_input
 from ..platform.paths import (
@@ -49,22 +54,11 @@ from ..platform.paths import (
 from ..platform.project import program
 from ..platform.refusal import Refusal
 from ..platform.yaml_guard import checked_config_words, guard_jsonargparse_yaml
-from .checkpoint_hparams import CheckpointHparams
-from .failed_start import RootBefore, ran_a_batch
 from .parse_errors import one_paragraph
 from .precision import check_built_trainer, lightning_refusals
-from .run_folders import (
-    claim_fresh,
-    experiment_config,
-    experiment_folder,
-    forget_handed_down,
-    hand_down,
-    planned_root,
-)
+from .run_folders import experiment_config
 from .run_length import ProjectTrainer
-from .run_plan import RunPlan, plan_checkpoint
-from .run_record import continue_loggers, record_end, record_invocation
-from .run_root import check_run_root_path, claim_run_root, is_launching_process
+from .run_plan import RunPlan, plan_run
 
 TRAINER_COMMANDS = ("fit", "validate", "test", "predict")
 PREDICT_LOADERS = ("predict_dataloader", "val_dataloader", "test_dataloader")
@@ -141,28 +135,19 @@ class ProjectCLI(LightningCLI):
       loader checks and monitor check are entries of configs/default.yaml, each removable.
     """
 
-    _plan: RunPlan | None = None  # the command's checkpoint, read once (run_plan.py)
-    _checkpoint_hparams: CheckpointHparams | None = None
-    _planned_root: bool = False  # no root was given: run_folders.py chose it
-    _fresh_root: bool = False  # the run root is a new folder, claimed before instantiation
-    _recorded: Path | None = None  # the run root whose command.txt records this command
-    _before: RootBefore | None = None  # what the run root held before the command claimed it
+    plan: RunPlan  # what the command runs in and from, made once after parsing (run_plan.py)
 
     def __init__(self, args: list[str] | None = None, **kwargs: Any) -> None:
         started = time.monotonic()
         try:
             self._init(args, **kwargs)
         except BaseException:
-            # Stopped before any batch: the run folder is put back as it was (failed_start.py).
-            if self._before is not None and not ran_a_batch(getattr(self, "trainer", None)):
-                self._before.undo()
-                self._recorded = None
+            if hasattr(self, "plan"):  # stopped before any batch: the folder as it was
+                self.plan.give_back(getattr(self, "trainer", None))
             raise
         finally:
-            forget_handed_down()
-            self._plan = None  # a plan serves one command (its checkpoint, if still held)
-            if self._recorded is not None:
-                record_end(self._recorded, time.monotonic() - started, sys.exc_info()[0])
+            if hasattr(self, "plan"):
+                self.plan.end(time.monotonic() - started, sys.exc_info()[0])
 
     def _init(self, args: list[str] | None = None, **kwargs: Any) -> None:
         defaults_file = default_config()
@@ -259,33 +244,12 @@ class ProjectCLI(LightningCLI):
                 f"ProjectCLI takes its arguments as words, not a {type(given).__name__}"
             )
         words = [str(word) for word in given]
-        self._words = words[1:]
         self.config = _parse_with_own_defaults(
             parser, checked_config_words(_with_experiment(words))
         )
         command = self.config.subcommand
-        config = self.config[command]
-        folder = experiment_folder(config.runs_dir, config.experiment)
-        if config.trainer.default_root_dir:
-            layout = RunLayout(project_path(config.trainer.default_root_dir))
-        else:
-            root, self._fresh_root = planned_root(command, folder, config.get("ckpt_path"))
-            layout, self._planned_root = RunLayout(root), True
-        check_run_root_path(
-            layout.root, "--runs_dir" if self._planned_root else "--trainer.default_root_dir"
-        )
-        config.trainer.default_root_dir = str(layout.root)
-        _root_loggers(config.trainer.logger, layout.root)
-        refuse_bad_input(command, config)
-        if command == "fit" and config.get("init_from"):
-            check_weights_file(project_path(config.init_from), "--init_from")
-        self._plan = plan = plan_checkpoint(command, config, layout)
-        self._checkpoint_hparams = None
-        if plan.path is not None and plan.checkpoint is not None:
-            # The code it names is checked before LightningCLI applies its hyperparameters.
-            self._checkpoint_hparams = CheckpointHparams(
-                command, config, plan.path, plan.checkpoint, args
-            )
+        refuse_bad_input(command, self.config[command])
+        self.plan = plan_run(command, self.config[command], words[1:])
 
     def _parse_ckpt_path(self) -> None:
         """LightningCLI's own read of `--ckpt_path`, from the run plan's checkpoint.
@@ -294,38 +258,23 @@ class ProjectCLI(LightningCLI):
         hyperparameters to `model:`; they come from the checkpoint the plan read instead,
         applied the same way (private_apis.py names this override).
         """
-        if self._checkpoint_hparams is None:
+        hparams = self.plan.hparams
+        if hparams is None:
             super()._parse_ckpt_path()
             return
-        self.config = self._checkpoint_hparams.apply_saved(self.parser, self.config)
+        self.config = hparams.apply_saved(self.parser, self.config)
 
     def before_instantiate_classes(self) -> None:
-        """Reconcile the checkpoint's hyperparameters, claim the run root, record the command.
+        """Reconcile the checkpoint's hyperparameters, then claim the plan's run folder.
 
-        In this order, so a refused fit writes nothing, not even `command.txt`; a resumed
-        fit then continues its loggers' versions. What the root held is noted first: a
-        command that stops before its first batch puts it back (failed_start.py).
+        In this order, so a fit refused by its checkpoint writes nothing, not even
+        `command.txt` (RunPlan.claim).
         """
-        # LightningCLI has applied the checkpoint's hyperparameters by now.
-        if self._checkpoint_hparams is not None:
-            self.config = self._checkpoint_hparams.apply_recorded(self.parser, self.config)
-        config = self.config[self.config.subcommand]
-        if self._checkpoint_hparams is not None:
-            self._checkpoint_hparams.reconcile(config)
-        layout = RunLayout(config.trainer.default_root_dir)
-        if self._planned_root and is_launching_process():
-            if self._fresh_root:
-                layout = RunLayout(claim_fresh(layout.root))
-                _move_root(config, config.trainer.default_root_dir, layout.root)
-            hand_down(layout.root)
-        if is_launching_process():
-            self._before = RootBefore.note(layout.root, fresh=self._fresh_root)
-        claim_run_root(self.config.subcommand, layout, config.get("ckpt_path"))
-        record_invocation(layout.root, [self.config.subcommand, *self._words])
-        self._recorded = layout.root
-        plan = self._plan
-        if self.config.subcommand == "fit" and plan is not None and plan.checkpoint is not None:
-            continue_loggers(config.trainer.logger, plan.checkpoint)
+        hparams = self.plan.hparams
+        if hparams is not None:  # LightningCLI has applied the saved ones by now
+            self.config = hparams.apply_recorded(self.parser, self.config)
+            hparams.reconcile(self.config[self.plan.command])
+        self.plan.claim(self.config[self.plan.command])
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         config = self.config_init[self.subcommand]
@@ -354,7 +303,7 @@ class ProjectCLI(LightningCLI):
             if isinstance(callback, CheckpointProvenance):
                 callback.config_yaml = self._config_yaml()
         if config.get("init_from"):  # `init_from:` in the printed config names this file
-            weights = self._plan.take_init_weights() if self._plan is not None else None
+            weights = self.plan.take_init_weights()
             trainer.callbacks.append(  # type: ignore[attr-defined]
                 InitFromWeights(project_path(config.init_from), config.freeze, weights)
             )
@@ -424,9 +373,7 @@ class ProjectCLI(LightningCLI):
         io = self.trainer.strategy.checkpoint_io
         if isinstance(io, AtomicCheckpointIO):  # any load: --ckpt_path, the test after fit
             io.rebuild_left_out_with(self.model)
-        plan = self._plan
-        if plan is None:
-            return
+        plan = self.plan
         configured = is_overridden("configure_model", self.model, LightningModule)
         if plan.path is not None and plan.checkpoint is not None and not configured:
             check_weights_fit(self.model, plan.checkpoint, plan.path)
@@ -462,6 +409,12 @@ def _parse_with_own_defaults(parser: LightningArgumentParser, words: list[str]) 
     example's values were chosen for is still there.
 
     `--print_config` is left out of the first parse, which would print and exit.
+
+    So a command parses once with the example's classes and twice with another one (or
+    with `--print_config`). The second parse cannot be saved with jsonargparse's public
+    API: it has no setting that drops init_args on a class change (kept by design,
+    jsonargparse #460), and which class a section ends up with is known only once every
+    `--config` file and flag is merged, which is what the first parse does.
     """
     shown = [word for word in words if word.split("=", 1)[0] != "--print_config"]
     config = parser.parse_args(shown)
@@ -505,32 +458,9 @@ def _with_experiment(words: list[str]) -> list[str]:
     return [words[0], f"--config={path}", *words[1:]] if path else words
 
 
-def _move_root(config: Namespace, old: str, new: Path) -> None:
-    """The run root, and the loggers' folders pointed at it, moved to the claimed folder."""
-    config.trainer.default_root_dir = str(new)
-    entries = (
-        config.trainer.logger
-        if isinstance(config.trainer.logger, list)
-        else [config.trainer.logger]
-    )
-    for entry in entries:
-        init_args = entry.get("init_args") if isinstance(entry, Namespace) else None
-        if init_args is not None and init_args.get("save_dir") == old:
-            init_args.save_dir = str(new)
-
-
 def _listed(value: Any) -> list[Any]:
     """A Trainer `callbacks` value (None, one callback or a list) as a list."""
     return [] if value is None else list(value) if isinstance(value, list) else [value]
-
-
-def _root_loggers(logger_config: Any, root: Path) -> None:
-    """Point every configured logger whose `save_dir` is unset at the run root."""
-    entries = logger_config if isinstance(logger_config, list) else [logger_config]
-    for entry in entries:
-        init_args = entry.get("init_args") if isinstance(entry, Namespace) else None
-        if init_args is not None and "save_dir" in init_args and init_args.save_dir is None:
-            init_args.save_dir = str(root)
 
 
 @rank_zero_only

@@ -1,8 +1,9 @@
 """The config a `fit` would run with, parsed and nothing else: what `doctor` checks and
 what a sweep checks its spec against, before anything is built, seeded or claimed.
 
-Parsing alone never claims a run folder (run_root.py does that when a command runs), so
-resolving a config is safe to repeat.
+Parsing alone never claims a run folder: the run plan decides the folder as the CLI
+parses and claims it only when a command runs (RunPlan.claim, run_plan.py), so resolving
+a config is safe to repeat.
 """
 
 from __future__ import annotations  # LightningCLI's types, imported only for the checker

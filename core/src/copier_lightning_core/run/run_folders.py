@@ -43,7 +43,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from ..platform.paths import DEFAULT_EXPERIMENT, RunLayout, experiments_folder, project_path
 from ..platform.project import project_package
 from ..platform.refusal import Refusal
-from .run_plan import names_newest_run, run_of_checkpoint
+from .ckpt_path import names_newest_run, run_of_checkpoint
 from .run_root import is_launching_process
 
 TIME_FORMAT = "%Y-%m-%d_%H-%M-%S"

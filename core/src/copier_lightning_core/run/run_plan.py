@@ -1,33 +1,39 @@
-"""The run plan: what `--ckpt_path` names for this command, decided once and read once.
+"""The run plan: what a Trainer command runs in and from, decided in one function.
 
-`--ckpt_path` takes `last`, `best`, a checkpoint file or a folder of shards (an FSDP2
-checkpoint). What each word means was decided in several places, and every reader opened
-the file itself: the hyperparameters (checkpoint_hparams.py), LightningCLI's own read of
-them, the loggers a resumed fit continues (run_record.py), the weight check, the
-Trainer's load. One resume unpickled its checkpoint five times, and a `last.ckpt` that a
-running fit replaced meanwhile could give each reader another file. Here:
+`plan_run` is called once, right after parsing, and decides in this order:
 
-- the words are defined once: `last` and `best` without a run root name the experiment's
-  newest run (`names_newest_run`, run_folders.py); a fit with `last` or a checkpoint
-  inside its root goes on with that run (`continues_run`, run_root.py); `best` is the
-  best checkpoint recorded in the run's `last.ckpt` (fit leaves it to Lightning); `hpc`
-  and `registry` are Lightning's own;
-- `plan_checkpoint` turns `--ckpt_path` into the file the command loads, and loads it
-  once: a `RunPlan`, which the CLI hands to every reader. The Trainer's own load takes
-  the dict over (`hand_to`, through AtomicCheckpointIO.preload) and the plan lets go of
-  it, so nothing keeps the checkpoint alive while the run trains, as before. A fit's
-  `--init_from FILE.ckpt` is read once too (checked there, its weights loaded from it).
+1. the run folder: `--trainer.default_root_dir` as given, else a folder of the experiment,
+   fresh or the run a checkpoint continues (run_folders.py); checked, and the loggers'
+   folders pointed at it;
+2. the checkpoint the command loads: `--ckpt_path` (`last`, `best`, a file, shards)
+   turned into one file (ckpt_path.py) and loaded once, with a fit's `--init_from`;
+3. what the checkpoint's hyperparameters change in the config, checked before
+   LightningCLI applies them (checkpoint_hparams.py);
+4. the lock: a fit by the launching process takes one on its folder (run_root.py);
+5. the loggers: a resumed fit goes on logging to the version or run its checkpoint
+   records (run_record.continue_loggers).
 
-A folder of shards read by the strategy (FSDP2 on every rank) is not loaded here; under
-any other strategy it is gathered into a temporary file first (consolidate.py), and that
-file is the plan's. The file is loaded memory-mapped (inspect_ckpt.load_checkpoint), so
-holding it until the Trainer's load costs address space, not a copy of the weights.
+It writes nothing (a SLURM task 0 aside, which makes the folder the other tasks wait for):
+doctor and a sweep parse a fit's command line without running it (resolve.py).
+`RunPlan.claim` carries out what writes, once the checkpoint's hyperparameters are
+applied and reconciled, so a command refused there writes nothing either: the fresh
+folder, the lock, `command.txt`. Every hook of ProjectCLI reads the plan; a command that
+stops before its first batch gives its claim back (`give_back`, failed_start.py).
+
+The checkpoint is read once: the hyperparameters, LightningCLI's own reading of them,
+the loggers a resumed fit continues, the weight check and the Trainer's load all take the
+plan's dict; one resume used to unpickle its checkpoint five times, and a `last.ckpt`
+that a running fit replaced meanwhile could give each reader another file. The Trainer's
+own load takes the dict over (`hand_to`, through AtomicCheckpointIO.preload) and the plan
+lets go of it, so nothing keeps the checkpoint alive while the run trains. The file is
+loaded memory-mapped (inspect_ckpt.load_checkpoint), so holding it until the Trainer's
+load costs address space, not a copy of the weights.
 """
 
-import os
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any
 
 import torch
 from jsonargparse import Namespace
@@ -35,52 +41,59 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.strategies import Strategy
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
-from ..callbacks.finetune import read_weights
 from ..checkpoints.checkpoint_io import AtomicCheckpointIO
-from ..checkpoints.consolidate import one_process_checkpoint
-from ..checkpoints.load import is_sharded, load_checkpoint
+from ..checkpoints.load import load_checkpoint
 from ..platform.paths import RunLayout, project_path
-from ..platform.refusal import Refusal
-
-LAST, BEST = "last", "best"
-LIGHTNING_NAMES = (BEST, "hpc", "registry")  # values Lightning resolves itself (best: in fit)
-
-
-def names_newest_run(ckpt_path: str | None) -> TypeGuard[str]:
-    """`last` and `best`, given without a run root, read the experiment's newest run."""
-    return ckpt_path in (LAST, BEST)
-
-
-def run_of_checkpoint(ckpt_path: str | None) -> Path | None:
-    """The run a checkpoint lies in (`<run>/checkpoints/<name>`), None for anything else."""
-    if not ckpt_path or "://" in ckpt_path or names_newest_run(ckpt_path):
-        return None
-    path = project_path(ckpt_path)
-    run = path.parent.parent
-    return run if RunLayout(run).checkpoints == path.parent and path.exists() else None
-
-
-def continues_run(root: Path, ckpt_path: str | None) -> bool:
-    """Whether a fit into `root` with this `--ckpt_path` goes on with the run there:
-    `last`, or a checkpoint inside `root` (one from elsewhere starts a new run)."""
-    return ckpt_path == LAST or (
-        ckpt_path is not None and root.resolve() in Path(ckpt_path).resolve().parents
-    )
+from .checkpoint_hparams import CheckpointHparams
+from .ckpt_path import checkpoint_file, read_init_from
+from .failed_start import RootBefore, ran_a_batch
+from .run_folders import claim_fresh, experiment_folder, forget_handed_down, hand_down, planned_root
+from .run_record import continue_loggers, record_end, record_invocation
+from .run_root import check_run_root_path, check_writable, claim_for_fit, is_launching_process
 
 
 @dataclass
 class RunPlan:
-    """A Trainer command's checkpoint: the file it loads, and that file read once.
+    """What `plan_run` decided for one command, and what its claim has done since.
 
-    `path` is None when the command loads none, or one Lightning finds or reads itself
-    (`hpc`, a remote path, a folder of shards the strategy reads, `last` before any
+    `path` is None when the command loads no checkpoint, or one Lightning finds or reads
+    itself (`hpc`, a remote path, a folder of shards the strategy reads, `last` before any
     exists). `checkpoint` is None then too, and once handed to the Trainer.
     """
 
     command: str
-    path: Path | None = None
-    checkpoint: dict[str, Any] | None = None
-    init_weights: dict[str, torch.Tensor] | None = None  # `fit --init_from FILE.ckpt`'s
+    words: list[str]  # the command line after the command, as command.txt records it
+    root: Path
+    chosen: bool  # no --trainer.default_root_dir: the folder of the experiment chosen here
+    fresh: bool  # a new folder, made when claimed (`root-1`, ... when the name is taken)
+    path: Path | None
+    checkpoint: dict[str, Any] | None
+    init_weights: dict[str, torch.Tensor] | None  # `fit --init_from FILE.ckpt`'s
+    hparams: CheckpointHparams | None  # the checkpoint's hyperparameters, as they may be applied
+    lock: bool  # a fit by the launching process: its folder is free of other runs, and locked
+    loggers: dict[str, Any]  # logger class -> the version (run id) it continues
+    before: RootBefore | None = field(default=None, repr=False)  # the folder before the claim
+    recorded: bool = False  # command.txt records this command
+
+    def claim(self, config: Namespace) -> None:
+        """Make the folder the plan chose, lock it for a fit, record the command.
+
+        What the folder held is noted first (launching process only): a command that
+        stops before its first batch puts it back (`give_back`). A chosen folder is
+        handed to the processes Lightning's DDP launcher starts from this one.
+        """
+        if is_launching_process():
+            if self.chosen and self.fresh:
+                planned, self.root = self.root, claim_fresh(self.root)
+                _move_root(config, str(planned), self.root)
+            if self.chosen:
+                hand_down(self.root)
+            self.before = RootBefore.note(self.root, fresh=self.fresh)
+        check_writable(self.root)
+        if self.lock:
+            claim_for_fit(RunLayout(self.root), config.get("ckpt_path"))
+        record_invocation(self.root, [self.command, *self.words])
+        self.recorded = True
 
     def take_init_weights(self) -> dict[str, torch.Tensor] | None:
         """The `--init_from` weights, for InitFromWeights, which loads them; the plan lets go."""
@@ -105,91 +118,84 @@ class RunPlan:
         ):
             strategy.checkpoint_io.preload(self.path, checkpoint)
 
+    def give_back(self, trainer: Trainer | None) -> None:
+        """Stopped before any batch: the folder as it was before the claim (failed_start.py)."""
+        if self.before is not None and not ran_a_batch(trainer):
+            self.before.undo()
+            self.recorded = False
 
-def plan_checkpoint(command: str, config: Namespace, layout: RunLayout) -> RunPlan:
-    """The checkpoint `config.ckpt_path` names in the run at `layout`, loaded; the config's
-    `ckpt_path` becomes that file. A missing file or a damaged one stops here, before any
-    work (inspect_ckpt.load_checkpoint)."""
-    init_from = config.get("init_from") if command == "fit" else None
-    init_weights = None
-    if init_from and project_path(init_from).suffix != ".safetensors":
-        init_weights = read_weights(project_path(init_from))  # a damaged file stops here
-    ckpt_path = config.get("ckpt_path")
-    if ckpt_path == BEST and command != "fit":
-        ckpt_path = config.ckpt_path = str(best_checkpoint(layout))
-    path = _checkpoint_file(command, ckpt_path, layout, config.trainer.get("strategy"))
-    if path is not None:
-        config.ckpt_path = str(path)
-    elif ckpt_path and Path(ckpt_path).is_file():
-        # A name Lightning resolves (`best`, `last`, `hpc`) that is also a file in the
-        # working directory: LightningCLI would read that file's hyperparameters.
-        path = Path(ckpt_path)
+    def end(self, seconds: float, error: type | None) -> None:
+        """The command is over: its time recorded, nothing held, nothing handed down."""
+        forget_handed_down()
+        self.checkpoint = self.init_weights = None  # a plan serves one command
+        if self.recorded:
+            record_end(self.root, seconds, error)
+
+
+def plan_run(command: str, config: Namespace, words: Sequence[str]) -> RunPlan:
+    """The plan of `command`, from its parsed `config` and the `words` typed after it.
+
+    Fills in the config what the plan decided: `trainer.default_root_dir`, the loggers'
+    `save_dir`, `ckpt_path` as the file it names, a continued logger's version.
+    """
+    # 1. The run folder.
+    given = config.trainer.default_root_dir
+    folder = experiment_folder(config.runs_dir, config.experiment)
+    root, fresh = (
+        (project_path(given), False)
+        if given
+        else planned_root(command, folder, config.get("ckpt_path"))
+    )
+    check_run_root_path(root, "--trainer.default_root_dir" if given else "--runs_dir")
+    config.trainer.default_root_dir = str(root)
+    _root_loggers(config.trainer.logger, root)
+    # 2. The checkpoint, loaded once (and `--init_from`'s weights).
+    init_weights = read_init_from(config) if command == "fit" else None
+    path = checkpoint_file(command, config, RunLayout(root))
     checkpoint = load_checkpoint(path) if path is not None else None
-    return RunPlan(command, path, checkpoint, init_weights)
-
-
-def _checkpoint_file(
-    command: str, ckpt_path: str | None, layout: RunLayout, strategy: Any
-) -> Path | None:
-    """The file `ckpt_path` names, None for a name Lightning resolves, a remote path, or a
-    folder Lightning reads.
-
-    `last` is `<root>/checkpoints/last.ckpt` when it exists (else Lightning warns and
-    starts from scratch); a relative path is relative to the project; a missing file
-    stops here, before any work. A folder of shards (an FSDP2 checkpoint) is left to a
-    strategy that reads shards, else gathered into a temporary file (consolidate.py).
-    """
-    if not ckpt_path or "://" in ckpt_path or ckpt_path.split(":")[0] in LIGHTNING_NAMES:
-        return None
-    if ckpt_path == LAST:
-        check_last_stays_in_run(layout)
-        if not layout.last.exists():
-            return None
-    path = layout.last if ckpt_path == LAST else project_path(ckpt_path)
-    if not path.exists():
-        raise Refusal(
-            f"--ckpt_path {ckpt_path}: no such file ({path}). Give a checkpoint file, "
-            "or `last` / `best` for the newest run of the experiment (or the run in "
-            "--trainer.default_root_dir)."
-        )
-    if is_sharded(path):
-        return one_process_checkpoint(command, path, strategy)
-    return path if path.is_file() else None  # another kind of folder: Lightning's
-
-
-def check_last_stays_in_run(layout: RunLayout) -> None:
-    """`last.ckpt` may be a link (ModelCheckpoint's `save_last="link"`) to a checkpoint of
-    this run; one that leads out of the run is refused, naming where it leads.
-
-    `--ckpt_path last` means "go on with this run": followed out of it, a fit would load
-    another run's state into this folder (and run_root.py would then refuse it as a new
-    run into a folder that holds one, telling the user to add the `--ckpt_path last` they
-    gave), and an evaluation would report another run's weights as this run's.
-    """
-    if not layout.last.is_symlink():
-        return
-    target = Path(os.path.realpath(layout.last))  # a link that loops: where it stops
-    if layout.root.resolve() in target.parents:
-        return
-    raise Refusal(
-        f"--ckpt_path last: {layout.last} is a link to {target}, outside this run "
-        f"({layout.root}); `last` continues or evaluates the run's own checkpoint. To use "
-        f"that file, name it: `--ckpt_path {target}` (without --trainer.default_root_dir, "
-        f"a fit then goes on in that run's own folder), or `--init_from {target}` to start a "
-        "new run from its weights. Or replace the link with a checkpoint of this run."
+    # 3. Its hyperparameters, and the code they name, checked.
+    hparams = None
+    if path is not None and checkpoint is not None:
+        hparams = CheckpointHparams(command, config, path, checkpoint, words)
+    # 4. The lock.
+    lock = command == "fit" and is_launching_process()
+    # 5. The loggers a resumed fit continues.
+    loggers: dict[str, Any] = {}
+    if command == "fit" and checkpoint is not None:
+        loggers = continue_loggers(config.trainer.logger, checkpoint)
+    return RunPlan(
+        command=command,
+        words=list(words),
+        root=root,
+        chosen=not given,
+        fresh=fresh,
+        path=path,
+        checkpoint=checkpoint,
+        init_weights=init_weights,
+        hparams=hparams,
+        lock=lock,
+        loggers=loggers,
     )
 
 
-def best_checkpoint(layout: RunLayout) -> Path:
-    """The best checkpoint recorded by ModelCheckpoint in `last.ckpt` of a finished run."""
-    if layout.last.is_file():
-        states = load_checkpoint(layout.last).get("callbacks", {})
-        for state in states.values():
-            best = Path(state.get("best_model_path") or "")
-            if best.name and best.is_file():
-                return best
-    raise Refusal(
-        f"--ckpt_path best: no best checkpoint is recorded in {layout.last}. Train "
-        "first with the same --trainer.default_root_dir, or pass a checkpoint file "
-        "(`--ckpt_path path/to/file.ckpt`, or `--ckpt_path last`)."
-    )
+def _root_loggers(logger_config: Any, root: Path) -> None:
+    """Point every configured logger whose `save_dir` is unset at the run root."""
+    for entry in _logger_entries(logger_config):
+        init_args = entry.get("init_args")
+        if init_args is not None and "save_dir" in init_args and init_args.save_dir is None:
+            init_args.save_dir = str(root)
+
+
+def _move_root(config: Namespace, old: str, new: Path) -> None:
+    """The run root, and the loggers' folders pointed at it, moved to the claimed folder."""
+    config.trainer.default_root_dir = str(new)
+    for entry in _logger_entries(config.trainer.logger):
+        init_args = entry.get("init_args")
+        if init_args is not None and init_args.get("save_dir") == old:
+            init_args.save_dir = str(new)
+
+
+def _logger_entries(logger_config: Any) -> list[Namespace]:
+    """The configured loggers (`trainer.logger`: one, a list, or a bool) named by class."""
+    entries = logger_config if isinstance(logger_config, list) else [logger_config]
+    return [entry for entry in entries if isinstance(entry, Namespace)]

@@ -79,8 +79,9 @@ def command_seconds(root: Path, command: str = "fit") -> float | None:
     return total if found else None
 
 
-def continue_loggers(logger_config: Any, checkpoint: dict[str, Any]) -> None:
-    """Point the configured loggers at the versions / run the checkpoint was logged to.
+def continue_loggers(logger_config: Any, checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """Point the configured loggers at the versions / run the checkpoint was logged to;
+    returns each continued logger's class name -> the version (run id) it was given.
 
     The provenance record names each logger class with its version (CheckpointProvenance);
     a logger whose version (wandb: id, MLflow: run_id) is set explicitly keeps it. A
@@ -91,23 +92,25 @@ def continue_loggers(logger_config: Any, checkpoint: dict[str, Any]) -> None:
     entries = [
         entry for entry in entries if isinstance(entry, Namespace) and entry.get("init_args")
     ]
-    if not entries:
-        return
     recorded = (checkpoint.get("provenance") or {}).get("loggers") or {}
+    continued: dict[str, Any] = {}
     for entry in entries:
-        version = recorded.get(str(entry.get("class_path", "")).rsplit(".", 1)[-1])
+        name = str(entry.get("class_path", "")).rsplit(".", 1)[-1]
+        version = recorded.get(name)
         init_args = entry.init_args
         if version is None or version == "None" or not _plain_name(str(version)):
             continue
-        if str(entry.class_path).endswith("WandbLogger"):
+        if name.endswith("WandbLogger"):
             if not init_args.get("id"):
-                init_args.id, init_args.resume = version, "allow"
-        elif str(entry.class_path).endswith("MLFlowLogger"):
+                init_args.id = continued[name] = version
+                init_args.resume = "allow"
+        elif name.endswith("MLFlowLogger"):
             if not init_args.get("run_id"):
-                init_args.run_id = version
+                init_args.run_id = continued[name] = version
         elif init_args.get("version") is None:
             # Recorded as text; "0" must become 0 again, or the folder is "0", not "version_0".
-            init_args.version = int(version) if version.isdigit() else version
+            init_args.version = continued[name] = int(version) if version.isdigit() else version
+    return continued
 
 
 def _plain_name(version: str) -> bool:

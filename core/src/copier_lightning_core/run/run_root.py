@@ -3,9 +3,9 @@
 As soon as the root is known, `check_run_root_path` refuses one that cannot be reached (a
 symbolic link on its path that loops) or that lies inside the package's code (`src/`, the
 installed package), where checkpoints and logs do not belong.
-Before any work, `claim_run_root` refuses a Trainer command whose run root
+Before any work, `check_writable` refuses a Trainer command whose run root
 (`trainer.default_root_dir`) cannot be written (a read-only folder, a file in the way),
-naming the folder, and a `fit` whose run root
+naming the folder, and `claim_for_fit` a `fit` whose run root
 
 - already holds a run (files in `<root>/checkpoints/`) and no `--ckpt_path` is given: a
   new fit there would overwrite `last.ckpt` and the best checkpoints of the earlier run.
@@ -26,8 +26,9 @@ forked by the run share, so after a SIGKILL of the main process alone it stays h
 until those workers notice and exit (up to 5 s); a `lockf` lock belongs to one process.
 `validate`, `test` and `predict` take no lock and may run while a fit trains: they only
 read checkpoints and write files of their own (predictions get a new name each time).
-Parsing a command line alone (doctor, a sweep checking its spec) claims nothing: the CLI
-calls this after parsing, just before it builds the model, data and Trainer.
+Parsing a command line alone (doctor, a sweep checking its spec) claims nothing: the run
+plan claims the root after parsing, just before the model, data and Trainer are built
+(RunPlan.claim, run_plan.py).
 """
 
 import errno
@@ -40,7 +41,7 @@ from typing import IO
 from ..platform.paths import RunLayout
 from ..platform.project import package_folder, project_root
 from ..platform.refusal import Refusal
-from .run_plan import continues_run
+from .ckpt_path import continues_run
 
 LOCK_NAME = ".run.lock"
 # Environment variables that give a process's rank under torchrun, Lightning's DDP
@@ -98,13 +99,6 @@ def _code_folders() -> tuple[Path, ...]:
     return (sources, package_folder(), Path(__file__).resolve().parents[1])
 
 
-def claim_run_root(command: str, layout: RunLayout, ckpt_path: str | None) -> None:
-    """Before any Trainer command builds anything: its root can be written; a fit's is free."""
-    check_writable(layout.root)
-    if command == "fit":
-        claim_for_fit(layout, ckpt_path)
-
-
 def check_writable(root: Path) -> None:
     """The run root, or the folder it will be made in, accepts new files (checkpoints, logs).
 
@@ -128,10 +122,10 @@ def claim_for_fit(layout: RunLayout, ckpt_path: str | None) -> None:
     """Refuse a second run into a root, or a root in use; then lock it.
 
     A resume counts as the same run when its checkpoint is `last` or lies in this root;
-    a checkpoint from elsewhere starts a new run here (run_plan.continues_run).
+    a checkpoint from elsewhere starts a new run here (ckpt_path.continues_run). Only
+    the launching process claims (the run plan decides: run_plan.py); the processes it
+    or torchrun starts run into the folder it holds.
     """
-    if not is_launching_process():
-        return
     if (
         not continues_run(layout.root, ckpt_path)
         and _holds_a_run(layout)
