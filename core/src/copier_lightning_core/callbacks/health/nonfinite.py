@@ -287,23 +287,31 @@ class NonFiniteGuard(Callback):
             if t.is_floating_point() and t.numel() and t.device == self._bad.device
         }
         tensors = list(found.values())
-        concatenate = (
+        # Flat views follow the in-place updates of the tensors they view (a strided one,
+        # channels_last weights, has none: its state goes tensor by tensor).
+        small = (
             self._bad.device.type in FREE_FLAG_READS
             and sum(t.numel() for t in tensors) <= CONCATENATED_STATE_LIMIT
+            and all(t.is_contiguous() for t in tensors)
         )
-        return _Watched(_layout(self._optimizers), tensors, concatenate)
+        return _Watched(
+            _layout(self._optimizers),
+            tensors,
+            [t.detach().view(-1) for t in tensors] if small else None,
+        )
 
     @torch.no_grad()
     def _largest_magnitude(self) -> torch.Tensor | None:
         """The largest magnitude of the weights, optimizer state and buffers: not finite
-        when one is. One foreach reduction per device and dtype, no copy of the state."""
+        when one is. One foreach reduction per device and dtype, no copy of the state; a
+        small state on a CPU: one copy and one reduction (CONCATENATED_STATE_LIMIT)."""
         if self._watched.layout != _layout(self._optimizers):  # the step created optimizer state
             self._watched = self._watched_state()
         tensors = self._watched.tensors
         if not tensors:
             return None
-        if self._watched.concatenate:  # dtypes promote to the widest; NaN propagates in max
-            return torch.cat([t.reshape(-1) for t in tensors]).abs().max()
+        if self._watched.flat is not None:  # dtypes promote to the widest; max keeps a NaN
+            return torch.cat(self._watched.flat).abs().max()
         return get_total_norm(tensors, norm_type=math.inf, foreach=True)
 
     def _state_tensors(self) -> dict[int, torch.Tensor]:
@@ -473,7 +481,8 @@ class _Watched:
 
     layout: tuple[int, ...]  # changes when a step creates optimizer state
     tensors: list[torch.Tensor]
-    concatenate: bool  # small, on a CPU: one copy and one reduction (CONCATENATED_STATE_LIMIT)
+    # Their flat views where one copy and one reduction measure them (CONCATENATED_STATE_LIMIT)
+    flat: list[torch.Tensor] | None
 
 
 @dataclass
