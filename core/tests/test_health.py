@@ -97,14 +97,18 @@ class Recorder(Callback):
 # --- non-finite guard -------------------------------------------------------------------
 
 
-@pytest.fixture(params=["host", "device"])
+@pytest.fixture(params=["host", "host, large state", "device"])
 def flag_reads(request, monkeypatch) -> str:
     """The guard's two ways of acting on its flag: read on the host at each step (where
     that waits for nothing: the CPU), or left on the device (GPUs), forced here on the CPU.
     On the device a step is skipped by a fused optimizer or has its gradients zeroed
-    (default), or is undone with `torch.where` (`keep_copy`)."""
+    (default), or is undone with `torch.where` (`keep_copy`). On the host, a small state's
+    largest magnitude is taken from one concatenated copy, a large one's tensor by tensor
+    (forced here for the toys)."""
     if request.param == "device":
         monkeypatch.setattr(nonfinite, "FREE_FLAG_READS", frozenset())
+    if request.param == "host, large state":
+        monkeypatch.setattr(nonfinite, "CONCATENATED_STATE_LIMIT", 0)
     return request.param
 
 

@@ -2,12 +2,15 @@
 
 It is an entry of configs/default.yaml's callbacks (test_run_config.py removes it)."""
 
+import io
+import sys
 from collections import Counter
 
 import pytest
 import yaml
 from lightning.pytorch import Trainer
 from lightning.pytorch.callbacks import TQDMProgressBar
+from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
 
 from copier_lightning_core.callbacks.progress import ThrottledProgressBar
 from copier_lightning_core.cli import ProjectCLI
@@ -18,13 +21,17 @@ BATCHES, EPOCHS = 384 // 64, 2  # the tabular toy trains on 384 of its 512 sampl
 
 
 def fit_with_bar(tmp_path, *extra: str, min_interval: float | None = None) -> tuple[Trainer, int]:
-    """A fit with the progress bar on; how many times the bar drew a training batch."""
+    """A fit with the progress bar on; how many times the bar drew a training batch.
+
+    A draw of a training batch sets the metrics beside the bar from `on_train_batch_end`
+    (both bars do, once a draw; validation's end sets them too, from another hook).
+    """
     drawn: Counter = Counter()
-    draw = TQDMProgressBar.on_train_batch_end
+    set_postfix = Tqdm.set_postfix
 
     def counted(self, *args, **kwargs):
-        drawn["train"] += 1
-        return draw(self, *args, **kwargs)
+        drawn[sys._getframe(1).f_code.co_name] += 1
+        return set_postfix(self, *args, **kwargs)
 
     class BarCLI(ProjectCLI):
         def instantiate_trainer(self, **kwargs) -> Trainer:
@@ -34,7 +41,7 @@ def fit_with_bar(tmp_path, *extra: str, min_interval: float | None = None) -> tu
             return trainer
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(TQDMProgressBar, "on_train_batch_end", counted)
+        patch.setattr(Tqdm, "set_postfix", counted)
         args = [a for a in FAST if not a.startswith("--trainer.enable_progress_bar")]
         cli = BarCLI(
             args=[
@@ -47,13 +54,25 @@ def fit_with_bar(tmp_path, *extra: str, min_interval: float | None = None) -> tu
                 *extra,
             ]
         )
-    return cli.trainer, drawn["train"]
+    return cli.trainer, drawn["on_train_batch_end"]
 
 
 def test_the_default_bar_draws_the_first_and_last_batch_and_then_by_time(tmp_path):
     trainer, drawn = fit_with_bar(tmp_path, min_interval=3600.0)  # no time-based redraw
     assert type(trainer.progress_bar_callback) is ThrottledProgressBar
     assert drawn == 2 * EPOCHS  # Lightning's own bar: every one of BATCHES * EPOCHS
+
+
+def test_a_draw_writes_the_line_once_with_the_count_and_the_metrics(monkeypatch):
+    bar = ThrottledProgressBar(min_interval=0.0)  # every batch is due
+    bar.train_progress_bar = Tqdm(total=10, file=io.StringIO())
+    writes = []
+    line = bar.train_progress_bar
+    monkeypatch.setattr(line, "refresh", lambda *_, **__: writes.append((line.n, line.postfix)))
+    monkeypatch.setattr(bar, "get_metrics", lambda *_: {"loss": "1.0"})
+    monkeypatch.setattr(ThrottledProgressBar, "total_train_batches", 10)
+    bar.on_train_batch_end(None, None, None, None, 3)
+    assert writes == [(4, "loss=1.0")]  # Lightning's bar: (4, None), then (4, "loss=1.0")
 
 
 def test_a_bar_of_your_own_in_place_of_the_configs_is_used_as_it_is(tmp_path):

@@ -6,7 +6,8 @@ the example's step on a CPU. Lightning's `refresh_rate` counts batches, so any f
 value is either costly for a fast model or frozen for a slow one; this bar counts time,
 so the cost is bounded (at most four redraws a second: ten, tqdm's own rate, still cost
 the example 0.4% of its time) and a slow model's bar still moves.
-The first and the last batch of every loop are always drawn.
+The first and the last batch of every loop are always drawn, and a training batch's draw
+writes the line once, count and metrics together (Lightning's hook writes it twice).
 
 It is an entry of `trainer.callbacks` in configs/default.yaml; without it, Lightning adds
 its own bar. `--trainer.enable_progress_bar false` still turns the bar off: the CLI then
@@ -17,6 +18,7 @@ use another bar, put it in place of this entry (two bars are refused by Lightnin
 import time
 from typing import Any
 
+import lightning as L
 from jsonargparse.typing import NonNegativeFloat
 from lightning.pytorch.callbacks import TQDMProgressBar
 
@@ -34,11 +36,24 @@ class ThrottledProgressBar(TQDMProgressBar):
         self.min_interval = min_interval
         self._drawn_at = -float("inf")
 
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        bar = self.train_progress_bar
+        if bar.disable or not self._due(batch_idx, self.total_train_batches):
+            return
+        # TQDMProgressBar's hook writes the line twice (the count, then the metrics): once here.
+        bar.n = batch_idx + 1
+        bar.set_postfix(self.get_metrics(trainer, pl_module), refresh=False)
+        bar.refresh()
+
     # Lightning calls these hooks with (trainer, pl_module, outputs, batch, batch_idx[,
     # dataloader_idx]); each draws only when due, through TQDMProgressBar's own hook.
-    def on_train_batch_end(self, *args: Any, **kwargs: Any) -> None:
-        if self._due(args[4], self.total_train_batches):
-            super().on_train_batch_end(*args, **kwargs)
 
     def on_validation_batch_end(self, *args: Any, **kwargs: Any) -> None:
         if self._due(args[4], self.total_val_batches_current_dataloader):
