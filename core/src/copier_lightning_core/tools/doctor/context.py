@@ -17,6 +17,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from ...platform.loader_rules import available_cpus
 from ...platform.private_apis import dynamo_supports_this_python, known_compile_modes
 from ...run.hardware import Hardware, Plan, probe, resolve
 
@@ -45,7 +46,7 @@ def probe_machine(with_compiler: bool) -> Machine:
     return Machine(
         **asdict(probe()),
         system=platform.system(),
-        cpus=_usable_cpus(),
+        cpus=available_cpus(),
         torch_version=torch.__version__.split("+")[0],
         cxx=_cxx(),
         modules=frozenset(
@@ -54,13 +55,6 @@ def probe_machine(with_compiler: bool) -> Machine:
         dynamo_supported=dynamo_supported,
         compile_modes=compile_modes,
     )
-
-
-def _usable_cpus() -> int:
-    """Cores this process may run on (a SLURM job or taskset gets fewer than the node has)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def _cxx() -> str | None:
