@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from ...platform.loader_rules import available_cpus
-from ...platform.private_apis import dynamo_supports_this_python, known_compile_modes
 from ...run.hardware import Hardware, Plan, probe, resolve
 
 
@@ -38,6 +37,8 @@ class Machine(Hardware):
 def probe_machine(with_compiler: bool) -> Machine:
     """This machine's facts; dynamo and inductor are imported only `with_compiler` (seconds)."""
     import torch
+
+    from ...platform.private_apis import dynamo_supports_this_python, known_compile_modes
 
     dynamo_supported = compile_modes = None
     if with_compiler:
