@@ -1,9 +1,10 @@
 """Checks of the resolved run config against this machine and its environment (DR001-DR010).
 
 Each reads the config as plain data, the way `fit` with the same flags would resolve it,
-and never builds the model, the data or a Trainer. Device, processes and precision are the
-resolver's answers (`context.plan`, see run/hardware.py): DR005 and DR008 fail exactly
-when Lightning or the Trainer guard would stop `fit`, naming the setting and its fix.
+and never builds the model or the data. Device, processes and precision are `context.plan`:
+on this machine Lightning's own resolution of the trainer settings (run/lightning_plan.py),
+for a described one the resolver's prediction (run/hardware.py). DR005 and DR008 fail
+exactly when Lightning or the Trainer guard would stop `fit`, naming the settings.
 """
 
 import re
@@ -19,7 +20,7 @@ MIN_COMPILE_TORCH = (2, 4)  # in-place `module.compile()` and the callback's opt
 def _refused(refusals: list[Unrunnable]) -> Result:
     """The guard's refusals as one failed result: what `fit` would stop with."""
     return failed(
-        "; ".join(f"--trainer.{r.flag} {r.value}: {r.problem}" for r in refusals),
+        "; ".join(f"{r.where}: {r.problem}" for r in refusals),
         " ".join(r.fix for r in refusals),
     )
 

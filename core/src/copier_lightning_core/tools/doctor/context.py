@@ -2,9 +2,10 @@
 
 The machine is probed once into plain facts (`Machine`), so every check is a pure function
 of its `Context` and a test can ask "what would doctor say on a 2-GPU node?" on a laptop.
-Where the run trains (device, processes, precision) is not decided here: `Context.plan` is
-the answer of `run.hardware.resolve`, doctor's prediction of what Lightning builds
-(`fit` asks Lightning itself, then applies the same rules to what it built).
+Where the run trains (device, processes, precision) is not decided here: `Context.plan`
+is, on this machine (`doctor` itself), what Lightning builds for the config, judged as
+`fit` judges it (run/lightning_plan.py); for a machine described as data, the prediction
+of `run.hardware.resolve`.
 """
 
 import importlib.util
@@ -79,6 +80,7 @@ class Context:
     root: Path  # the project root: sources are scanned and git is asked here
     files: tuple[Path, ...] | None = None  # static mode: scan only these files
     provenance_class: str | None = None  # the project's checkpoint provenance callback, if any
+    here: bool = False  # `machine` is the one running: Lightning itself resolves the plan
 
     @property
     def trainer(self) -> dict[str, Any]:
@@ -88,6 +90,10 @@ class Context:
     def plan(self) -> Plan:
         """Where and how `fit` would train this config on this machine, or why it would not."""
         assert self.machine is not None, "a static doctor run has no machine to plan for"
+        if self.here:
+            from ...run.lightning_plan import built_plan  # imports Lightning: not in static mode
+
+            return built_plan(self.trainer)
         return resolve(self.trainer, self.machine)
 
     @property
