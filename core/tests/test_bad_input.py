@@ -18,12 +18,20 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from torch.utils.data import DataLoader
 
 import toy
 from copier_lightning_core.checkpoints import trusted_classes
 from copier_lightning_core.cli import ProjectCLI, main
-from copier_lightning_core.platform.bad_input import available_cpus
+from copier_lightning_core.platform.bad_input import check_loader
+from copier_lightning_core.platform.loader_rules import available_cpus
+from copier_lightning_core.platform.loaders import LoaderOptions
 from copier_lightning_core.run import run_folders
+from copier_lightning_core.run.resolve import resolve_config
+from copier_lightning_core.tools.doctor import CHECKS
+from copier_lightning_core.tools.doctor.command import main as doctor
+from copier_lightning_core.tools.doctor.context import Context, Machine
+from copier_lightning_core.tools.doctor.registry import FAIL, Result
 from harness import FAST, FLAVOURS, PROJECT
 
 TESTS = Path(__file__).parent
@@ -202,6 +210,92 @@ def test_a_plain_dataloader_with_more_workers_than_cpus_is_refused_when_built(tm
     message = refusal([*args, f"--trainer.default_root_dir={tmp_path}"])
     assert f"num_workers {too_many}: more DataLoader worker processes than" in message
     assert not (tmp_path / "checkpoints").exists()
+
+
+def _after_value(message: str, value: int) -> str:
+    """A paragraph without where the value came from: `--data.num_workers 3: more ...`."""
+    return message.split(f" {value}: ", 1)[1]
+
+
+def _doctor_row(check_id: str, config: dict, processes: int = 1) -> Result:
+    """One doctor check on a machine described as this one (its CPUs), no GPU."""
+    machine = Machine(
+        cuda_devices=0,
+        cuda_bf16=False,
+        mps=False,
+        system="Linux",
+        cpus=available_cpus(),
+        torch_version=torch.__version__,
+        cxx=None,
+        modules=frozenset(),
+    )
+    if processes > 1:
+        config["trainer"].update(accelerator="cpu", strategy="ddp", devices=processes)
+    context = Context(config=config, machine=machine, env={}, root=TESTS)
+    return CHECKS[check_id].run(context)
+
+
+def test_too_many_workers_is_one_paragraph_wherever_the_count_comes_in(tmp_path, capsys):
+    """The config, a loader your code builds, doctor and `tune --workers` apply one rule
+    (loader_rules.worker_ceiling): the same threshold, the same words after the value."""
+    too_many = available_cpus() + 1
+    root = tmp_path / "run"
+    config = refusal(
+        ["fit", *SEQUENCE, f"--trainer.default_root_dir={root}", f"--data.num_workers={too_many}"]
+    )
+    built = refusal(
+        [
+            "fit",
+            *PLAIN_LOADERS,
+            f"--data.loader_processes={too_many}",
+            f"--trainer.default_root_dir={root}",
+        ]
+    )
+    with pytest.raises(SystemExit) as stopped:
+        doctor([*FLAVOURS["sequence"], f"--data.num_workers={too_many}"])
+    told = stopped.value.code
+    parsed = resolve_config(FLAVOURS["sequence"])
+    parsed["data"]["init_args"]["num_workers"] = too_many
+    row = _doctor_row("DR003", parsed)
+    with pytest.raises(SystemExit):
+        main(["tune", f"--workers=0,{too_many}"])
+    tuned = capsys.readouterr().err.strip().splitlines()[-1]
+    assert config.startswith(f"error: --data.num_workers {too_many}: more DataLoader worker")
+    assert f"_dataloader(): num_workers {too_many}: more" in built  # the first one built
+    assert told == config  # doctor parses as fit does, and stops with fit's paragraph
+    assert row.status == FAIL
+    paragraphs = {config, built, f"{row.detail}. {row.fix}", tuned}
+    assert len({_after_value(paragraph, too_many) for paragraph in paragraphs}) == 1
+    assert not root.exists()
+
+
+def test_workers_of_every_local_process_count_at_the_loader_and_in_doctor():
+    """Under DDP each of N processes on the machine starts its own workers: a count that
+    one process may use, times N, is refused by the loader check and failed by doctor alike."""
+    cpus = available_cpus()
+    workers = cpus // 2 + 1  # at most the CPUs for one process, too many for two
+    check_loader(DataLoader(range(8), num_workers=workers), "train_dataloader", processes=1)
+    with pytest.raises(SystemExit) as stopped:
+        check_loader(DataLoader(range(8), num_workers=workers), "train_dataloader", processes=2)
+    parsed = resolve_config(FLAVOURS["sequence"])
+    parsed["data"]["init_args"]["num_workers"] = workers
+    row = _doctor_row("DR003", parsed, processes=2)
+    assert row.status == FAIL
+    refused = _after_value(str(stopped.value.code), workers)
+    assert refused == _after_value(f"{row.detail}. {row.fix}", workers)
+    assert f"({workers} in each of 2 training processes)" in refused
+
+
+def test_prefetch_without_workers_is_one_paragraph_from_python_the_config_and_doctor(tmp_path):
+    with pytest.raises(ValueError) as python:
+        LoaderOptions(num_workers=0, prefetch_factor=4)
+    flags = [*FLAVOURS["sequence"], "--data.num_workers=0", "--data.prefetch_factor=4"]
+    root = tmp_path / "run"
+    config = refusal(["fit", *SEQUENCE, *flags[-2:], f"--trainer.default_root_dir={root}"])
+    with pytest.raises(SystemExit) as stopped:
+        doctor(flags)
+    assert config == stopped.value.code == f"error: in --data, {python.value}"
+    assert not root.exists()
 
 
 @pytest.mark.parametrize("data", ["sequence", "plain"])

@@ -176,7 +176,12 @@ def test_without_matplotlib_the_plot_is_skipped_not_a_crash(tmp_path, monkeypatc
 
 @pytest.mark.parametrize(
     ("option", "message"),
-    [("--tolerance=1.5", "--tolerance 1.5"), ("--min-lr=1", "--min-lr 1.0, --max-lr 1.0")],
+    [
+        ("--tolerance=1.5", "--tolerance 1.5"),
+        ("--min-lr=1", "--min-lr 1.0, --max-lr 1.0"),
+        ("--workers=0,-1", "--workers -1: num_workers=-1 is not valid: use 0"),
+        ("--workers=many", "--workers many: num_workers='many' is not valid"),
+    ],
 )
 def test_bad_tune_options_are_refused_before_any_fit(option, message, capsys):
     with pytest.raises(SystemExit) as stopped:

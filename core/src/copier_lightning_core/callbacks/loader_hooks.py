@@ -11,7 +11,8 @@ built with `LoaderOptions` or not), is
   (loaders.as_stateful), so a run killed mid-epoch resumes exactly where it stopped
   (resume.py); said once in the log (several processes: Lightning's DistributedSampler
   orders each epoch, and an epoch boundary resumes exactly);
-- checked (bad_input.check_loader): worker count, and a training set with batches;
+- checked (bad_input.check_loader): worker count (with every training process on this
+  machine), and a training set with batches;
 - given workers that leave SIGTERM / Ctrl-C to the main process (signals.shield_workers);
 - for training, read for what a resume could not replay (loaders.resume_gaps: a loader
   subclass, an IterableDataset or a sampler without saved state), named in one warning
@@ -103,8 +104,9 @@ class Watched:
         if self.hook in FIT_HOOKS and fitting:
             loaders = _replace_plain(loaders, rebuilt)
         rank = trainer.global_rank if trainer is not None else 0  # what workers are seeded with
+        processes = trainer.num_devices if trainer is not None else 1  # on this machine
         for loader in _each(loaders):
-            check_loader(loader, self.hook)
+            check_loader(loader, self.hook, processes)
             shield_workers(loader, rank)
         if not self._told:
             self._told = True

@@ -24,18 +24,19 @@ An unwritable run folder is refused by run_root.py.
 """
 
 import inspect
-import os
 import pydoc
 from typing import Any, TypeGuard
 
 import torch
 from jsonargparse import Namespace
 
+from .loader_rules import available_cpus, worker_ceiling
 from .loaders import LoaderOptions
 from .project import program
 from .refusal import Refusal
 
-LOADER_ARGUMENTS = ("num_workers", "pin_memory", "prefetch_factor")  # LoaderOptions' own
+# The arguments LoaderOptions takes, checked by its rules where a DataModule names them too.
+LOADER_ARGUMENTS = tuple(inspect.signature(LoaderOptions).parameters)
 
 
 def refuse_bad_input(command: str, config: Any) -> None:
@@ -48,13 +49,6 @@ def refuse_bad_input(command: str, config: Any) -> None:
     if command == "fit":
         check_training_length(config.trainer)
         check_optimizer_arguments(config)
-
-
-def available_cpus() -> int:
-    """Cores this process may run on (a SLURM job or `taskset` gets fewer than the machine has)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def check_data_arguments(data_config: Any) -> None:
@@ -75,7 +69,6 @@ def check_data_arguments(data_config: Any) -> None:
             f"--data.batch_size {batch_size}: a batch holds at least one sample. Set "
             "it to 1 or more."
         )
-    # LoaderOptions' own types, for the arguments it takes that the DataModule names too.
     given = {key: init_args[key] for key in LOADER_ARGUMENTS if key in init_args}
     try:
         LoaderOptions(**given)
@@ -86,29 +79,27 @@ def check_data_arguments(data_config: Any) -> None:
         check_num_workers(workers, "--data.num_workers")
 
 
-def check_num_workers(workers: int, where: str) -> None:
-    """At most the CPUs this process may use (a count below 0 is refused by its type, or by
-    torch's DataLoader)."""
-    cpus = available_cpus()
-    if workers > cpus:
-        raise Refusal(
-            f"{where} {workers}: more DataLoader worker processes than the {cpus} CPUs "
-            "this process may use; each worker is a process with its own copy of the "
-            f"dataset, and too many run the machine out of memory. Use at most {cpus}, or "
-            "`auto` (fits the machine)."
-        )
+def check_num_workers(workers: int, where: str, processes: int = 1) -> None:
+    """The machine's ceiling on workers (loader_rules.worker_ceiling), for `processes`
+    training processes on this machine; a count below 0 is refused by its type, or by
+    torch's DataLoader."""
+    found = worker_ceiling(workers, available_cpus(), processes)
+    if found is not None:
+        problem, fix = found
+        raise Refusal(f"{where} {workers}: {problem}. {fix}")
 
 
-def check_loader(loader: Any, hook: str) -> None:
+def check_loader(loader: Any, hook: str, processes: int = 1) -> None:
     """What only the built loader tells: its worker count, and whether training has batches.
 
-    The worker count is checked here for any loader, as built: one your code builds with
-    a count of its own (not a DataModule argument) is seen nowhere else. The loader does
-    not tell where its count came from, so one checked at parse time passes again.
+    The worker count is checked here for any loader, as built, against the `processes`
+    training processes the Trainer runs on this machine: one your code builds with a count
+    of its own (not a DataModule argument) is seen nowhere else. The loader does not tell
+    where its count came from, so one checked at parse time passes again.
     """
     workers = getattr(loader, "num_workers", None)
     if _is_int(workers):
-        check_num_workers(workers, f"{hook}(): num_workers")
+        check_num_workers(workers, f"{hook}(): num_workers", processes)
     if hook != "train_dataloader":
         return
     try:

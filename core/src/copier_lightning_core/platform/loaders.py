@@ -20,7 +20,7 @@ before training starts (callbacks/loader_hooks.py).
 
 import sys
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 import lightning as L
 import torch
@@ -39,9 +39,16 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import BatchSampler as StatefulBatchSampler
 from torchdata.stateful_dataloader.sampler import RandomSampler as StatefulRandomSampler
 
-MAX_AUTO_WORKERS = 8  # more rarely helps one process, and each worker holds a dataset copy
+from .loader_rules import (
+    Auto,
+    checked_pin_memory,
+    checked_prefetch,
+    checked_workers,
+    pins_memory,
+    refuse_prefetch_without_workers,
+)
 
-Auto = Literal["auto"]
+MAX_AUTO_WORKERS = 8  # more rarely helps one process, and each worker holds a dataset copy
 
 
 class LoaderOptions:
@@ -72,32 +79,11 @@ class LoaderOptions:
         prefetch_factor: PositiveInt | None = None,
     ) -> None:
         # What the parser checks for a DataModule typed like this, for callers in Python.
-        if num_workers != "auto":
-            num_workers = _typed(
-                "num_workers",
-                num_workers,
-                NonNegativeInt,
-                "use 0 (load in the main process), a positive number of worker processes, "
-                "or 'auto' to fit the machine.",
-            )
-        if pin_memory != "auto" and not isinstance(pin_memory, bool):
-            raise ValueError(f"pin_memory={pin_memory!r} is not valid: use true, false or 'auto'.")
-        if prefetch_factor is not None:
-            prefetch_factor = _typed(
-                "prefetch_factor",
-                prefetch_factor,
-                PositiveInt,
-                "use a positive number of batches per worker, or leave it unset for torch's "
-                "default (2).",
-            )
-            # The one rule between two arguments, which no type of either can state; the
-            # same with num_workers "auto" resolved to 0 is refused in `kwargs`.
-            if num_workers == 0:
-                raise ValueError(
-                    f"prefetch_factor={prefetch_factor} needs worker processes, but "
-                    "num_workers=0. Set num_workers to 1 or more (or 'auto'), or leave "
-                    "prefetch_factor unset."
-                )
+        num_workers = checked_workers(num_workers)
+        pin_memory = checked_pin_memory(pin_memory)
+        prefetch_factor = checked_prefetch(prefetch_factor)
+        if num_workers != "auto":  # "auto" resolved to 0 is refused in `kwargs`
+            refuse_prefetch_without_workers(prefetch_factor, num_workers, num_workers)
         self.num_workers: int | Auto = num_workers
         self.pin_memory = pin_memory
         self.prefetch_factor: int | None = prefetch_factor
@@ -115,13 +101,8 @@ class LoaderOptions:
             workers = _auto_workers(local_processes)
         pin = self.pin_memory
         if pin == "auto":
-            pin = _trains_on_cuda(trainer)
-        if self.prefetch_factor is not None and workers == 0:  # "auto" resolved to 0 here
-            raise ValueError(
-                f"prefetch_factor={self.prefetch_factor} needs worker processes, but "
-                f"num_workers resolved to 0 (asked: {self.num_workers!r}). Set num_workers "
-                "to 1 or more, or leave prefetch_factor unset."
-            )
+            pin = pins_memory(_device(trainer))
+        refuse_prefetch_without_workers(self.prefetch_factor, workers, self.num_workers)
         resolved: dict[str, Any] = {
             "num_workers": workers,
             "pin_memory": pin,
@@ -143,31 +124,17 @@ class LoaderOptions:
             logger.log_hyperparams({"dataloader": resolved})
 
 
-# What a restricted type raises for a value it refuses. A name, not a parenthesized tuple
-# in the `except`: ruff's formatter drops those parentheses for Python 3.14 (PEP 758), so
-# the file would format differently per target version.
-REFUSED_BY_TYPE = (TypeError, ValueError)
-
-
-def _typed(name: str, value: object, kind: type[int], fix: str) -> int:
-    """`value` checked by jsonargparse's restricted type `kind` (as a plain int), or a
-    ValueError naming it and the fix."""
-    try:
-        return int(kind(value))  # type: ignore[call-overload]
-    except REFUSED_BY_TYPE:
-        raise ValueError(f"{name}={value!r} is not valid: {fix}") from None
-
-
 def _auto_workers(local_processes: int) -> int:
     if sys.platform == "win32":
         return 0
     return min(MAX_AUTO_WORKERS, suggested_max_num_workers(max(1, local_processes)))
 
 
-def _trains_on_cuda(trainer: L.Trainer | None) -> bool:
+def _device(trainer: L.Trainer | None) -> str:
+    """Where the batches go: "cuda", or another kind (without a trainer: CUDA if any)."""
     if trainer is None:
-        return torch.cuda.is_available()
-    return isinstance(trainer.accelerator, CUDAAccelerator)
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return "cuda" if isinstance(trainer.accelerator, CUDAAccelerator) else "other"
 
 
 # How a DataLoader draws its batches; a subclass that keeps all of these as torch's is a

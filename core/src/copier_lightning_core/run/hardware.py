@@ -1,18 +1,17 @@
-"""Where and how a run would train, as doctor predicts it; and what stops a run, for both.
+"""Where and how a run would train on a machine described as data; what stops a run, for all.
 
 `fit` does not resolve its settings here: Lightning's accelerator connector does, when the
 Trainer is built, and refuses what it knows cannot work; precision.py then checks the
 Trainer it built with `unrunnable_after_lightning`, the rules Lightning does not apply.
+doctor on this machine asks Lightning the same way (lightning_plan.py).
 
-doctor cannot ask Lightning: it answers for a machine described as data (a 4-GPU node,
-asked on a laptop; DR003-DR009) and builds nothing, and Lightning's connector probes the
-machine it runs on and builds the strategy. So `resolve` predicts, from the settings and a
-`Hardware`, what the connector will choose and refuse, then applies the same
-`unrunnable_after_lightning` to its prediction. This is the one place the library
-resolves these settings a second time, and only for doctor; the library's tests/
-test_resolver.py holds it to Lightning: for every shipped preset and pair, doctor passes
-exactly when Lightning builds the Trainer and the guard lets it start, on the machine
-that runs the test.
+Only a machine that is not this one cannot be asked: `resolve` answers for hardware
+described as data (a 4-GPU node, asked on a laptop: doctor's checks are tested that way)
+and predicts, from the settings and a `Hardware`, what the connector will choose and
+refuse, then applies the same `unrunnable_after_lightning` to its prediction. The
+library's tests/test_resolver.py holds the prediction to Lightning: for every shipped
+preset and pair, it passes exactly when Lightning builds the Trainer and the guard lets
+it start, on the machine that runs the test.
 
 The settings come either as the parser's plain data (`class_path` / `init_args` dicts,
 doctor) or as the objects built from them (fit); both read the same here.
@@ -63,15 +62,21 @@ def probe() -> Hardware:
 class Unrunnable:
     """A setting this machine cannot run: the flag, what is wrong, and what to pass instead."""
 
-    flag: str  # the trainer key at fault, e.g. "precision"
+    flag: str  # the trainer key at fault, e.g. "precision"; of several, the first
     value: str
     problem: str
     fix: str
+    given: str | None = None  # several settings at fault, as flags (Lightning's refusal)
+
+    @property
+    def where(self) -> str:
+        """The setting as a flag: `--trainer.precision bf16-mixed`."""
+        return self.given or f"--trainer.{self.flag} {self.value}"
 
     @property
     def message(self) -> str:
         """The paragraph the guard refuses the setting with."""
-        return f"--trainer.{self.flag} {self.value}: {self.problem}. {self.fix}"
+        return f"{self.where}: {self.problem}. {self.fix}"
 
 
 @dataclass(frozen=True)
@@ -89,7 +94,8 @@ class Plan:
 
 
 def resolve(trainer: Mapping[str, Any], hardware: Hardware) -> Plan:
-    """The `Plan` for `trainer` (accelerator, devices, strategy, precision, plugins, ...)."""
+    """The `Plan` for `trainer` (accelerator, devices, strategy, precision, plugins, ...) on
+    described `hardware`; on this machine Lightning answers (lightning_plan.built_plan)."""
     device = _device(trainer.get("accelerator"), hardware)
     available = {"cuda": hardware.cuda_devices, "mps": int(hardware.mps), "gpu": 0}.get(device)
     devices = trainer.get("devices")
@@ -142,8 +148,8 @@ def unrunnable_after_lightning(
     """What Lightning builds a Trainer for without a word, but `device` cannot run.
 
     `precision` in Lightning's long form ("bf16-mixed"), `plugin` the precision plugin the
-    config names (None: Lightning's own from the flag). fit passes what Lightning built;
-    doctor what `resolve` predicts it will build.
+    config names (None: Lightning's own from the flag). fit and doctor on this machine
+    pass what Lightning built; doctor for a described machine what `resolve` predicts.
     """
     found = []
     if sync_batchnorm and device in ("cpu", "mps"):

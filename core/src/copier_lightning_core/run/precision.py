@@ -17,8 +17,9 @@ leaves out:
   SyncBatchNorm off CUDA, a precision plugin made for another device, bfloat16 on a GPU
   without it, float64 on MPS. Each fails deep inside the first step, or names no preset.
 
-doctor predicts these verdicts without building anything (hardware.resolve); the
-prediction is tested against this guard (the library's tests/test_resolver.py).
+doctor on this machine builds a Trainer from the same settings and applies the same rules
+(lightning_plan.py): its answer is this guard's. For a machine described as data it
+predicts them (hardware.resolve), held to this guard by the library's tests/test_resolver.py.
 """
 
 import warnings
@@ -33,7 +34,7 @@ from lightning.pytorch.plugins import MixedPrecision, Precision
 from lightning.pytorch.utilities import rank_zero_info
 
 from ..platform.refusal import Refusal
-from .hardware import device_kind, unrunnable_after_lightning
+from .hardware import Unrunnable, device_kind, unrunnable_after_lightning
 
 # The Trainer arguments Lightning's accelerator connector resolves.
 HARDWARE_SETTINGS = (
@@ -49,6 +50,10 @@ HARDWARE_SETTINGS = (
 CPU_FP16_NOTICE = r".*AMP with fp16 is not supported on CPU"
 
 
+# What Lightning's connector raises for settings it cannot build a Trainer for.
+REFUSED_BY_LIGHTNING = (MisconfigurationException, ValueError, TypeError)
+
+
 @contextmanager
 def lightning_refusals(settings: Mapping[str, Any]) -> Iterator[None]:
     """Building the Trainer: Lightning's refusal of its `settings` as one paragraph."""
@@ -56,39 +61,54 @@ def lightning_refusals(settings: Mapping[str, Any]) -> Iterator[None]:
         warnings.filterwarnings("ignore", message=CPU_FP16_NOTICE)
         try:
             yield
-        # What Lightning's connector raises for settings it cannot build a Trainer for.
-        except (MisconfigurationException, ValueError, TypeError) as error:
+        except REFUSED_BY_LIGHTNING as error:
             raise Refusal(
-                f"Lightning refuses these trainer settings ({_given(settings)}): {error} "
-                "`doctor` with the same flags names the setting to change and the preset "
-                "to use."
+                f"Lightning refuses these trainer settings ({given_settings(settings)}): "
+                f"{error} `doctor` with the same flags tells whether the device or the "
+                "precision settings are at fault."
             ) from None
 
 
 def check_built_trainer(trainer: Trainer, settings: Mapping[str, Any]) -> None:
     """Stop with one paragraph per setting the built Trainer cannot run; fp16 on CPU for real."""
-    device = device_kind(trainer.accelerator)
-    plugins = settings.get("plugins")
-    listed = plugins if isinstance(plugins, list | tuple) else [plugins]
-    plugin = next((p for p in listed if isinstance(p, Precision)), None)
-    refusals = unrunnable_after_lightning(
-        device,
-        str(trainer.precision),
-        plugin,
-        bool(settings.get("sync_batchnorm")),
-        cuda_bf16=device == "cuda" and torch.cuda.is_bf16_supported(),
-    )
+    refusals = unrunnable(trainer, settings)
     if refusals:
         raise Refusal(*(refusal.message for refusal in refusals))
-    # 16-mixed asked, and Lightning built bfloat16 on CPU in its place: undone.
-    asked = str(settings.get("precision"))
-    if asked in ("16", "16-mixed") and device == "cpu" and trainer.precision == "bf16-mixed":
+    if bf16_in_place_of_fp16(trainer, settings):  # undone
         fp16 = MixedPrecision("16-mixed", device="cpu", scaler=torch.amp.GradScaler("cpu"))
         trainer.strategy.precision_plugin = fp16
         rank_zero_info("precision 16-mixed on CPU: float16 autocast with a CPU GradScaler")
 
 
-def _given(settings: Mapping[str, Any]) -> str:
+def unrunnable(trainer: Trainer, settings: Mapping[str, Any]) -> list[Unrunnable]:
+    """What the Trainer Lightning built from `settings` cannot run on its device."""
+    device = device_kind(trainer.accelerator)
+    return unrunnable_after_lightning(
+        device,
+        str(trainer.precision),
+        precision_plugin(settings.get("plugins")),
+        bool(settings.get("sync_batchnorm")),
+        cuda_bf16=device == "cuda" and torch.cuda.is_bf16_supported(),
+    )
+
+
+def bf16_in_place_of_fp16(trainer: Trainer, settings: Mapping[str, Any]) -> bool:
+    """16-mixed asked, and Lightning built bfloat16 on CPU in its place (CPU_FP16_NOTICE)."""
+    asked = str(settings.get("precision"))
+    return (
+        asked in ("16", "16-mixed")
+        and device_kind(trainer.accelerator) == "cpu"
+        and trainer.precision == "bf16-mixed"
+    )
+
+
+def precision_plugin(plugins: Any) -> Precision | None:
+    """The precision plugin among the built `trainer.plugins`, if any."""
+    listed = plugins if isinstance(plugins, list | tuple) else [plugins]
+    return next((p for p in listed if isinstance(p, Precision)), None)
+
+
+def given_settings(settings: Mapping[str, Any]) -> str:
     """The hardware settings as flags: `--trainer.devices -3 --trainer.strategy DDPStrategy`."""
     shown = []
     for key in HARDWARE_SETTINGS:

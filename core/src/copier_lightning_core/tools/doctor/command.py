@@ -6,7 +6,9 @@
     python -m copier_lightning_core.tools.doctor --static [FILE ...]  # source checks only (pre-commit)
 
 Prints one row per check (ID, pass / warn / fail, what was found, the fix) and exits 1 when
-any check fails. Nothing is trained, built or generated: the config is only parsed.
+any check fails. Nothing is trained or generated: the config is parsed, and Lightning
+resolves its trainer settings as for `fit` (a Trainer built without model, data, loggers,
+processes or a process group: run/lightning_plan.py).
 
 --try: what only a run can tell (does dynamo compile your forward, does your module run
 at a preset's precision) is then tried, once no check fails: `fit` for 2 training and 2
@@ -126,5 +128,6 @@ def config_results(fit_args: Sequence[str]) -> dict[str, Result]:
         provenance_class=provenance_class(),
     )
     compiles = bool(context.callbacks_named("TorchCompile"))
-    context = dataclasses.replace(context, machine=probe_machine(with_compiler=compiles))
+    machine = probe_machine(with_compiler=compiles)
+    context = dataclasses.replace(context, machine=machine, here=True)
     return run_checks(context, CHECKS.values())

@@ -1,13 +1,15 @@
 """Checks of the resolved run config against this machine and its environment (DR001-DR010).
 
 Each reads the config as plain data, the way `fit` with the same flags would resolve it,
-and never builds the model, the data or a Trainer. Device, processes and precision are the
-resolver's answers (`context.plan`, see run/hardware.py): DR005 and DR008 fail exactly
-when Lightning or the Trainer guard would stop `fit`, naming the setting and its fix.
+and never builds the model or the data. Device, processes and precision are `context.plan`:
+on this machine Lightning's own resolution of the trainer settings (run/lightning_plan.py),
+for a described one the resolver's prediction (run/hardware.py). DR005 and DR008 fail
+exactly when Lightning or the Trainer guard would stop `fit`, naming the settings.
 """
 
 import re
 
+from ...platform.loader_rules import pins_memory, worker_ceiling
 from ...run.hardware import PRECISION_FLAGS, Unrunnable
 from .context import Context, init_args
 from .registry import Result, check, failed, passed, warned
@@ -18,7 +20,7 @@ MIN_COMPILE_TORCH = (2, 4)  # in-place `module.compile()` and the callback's opt
 def _refused(refusals: list[Unrunnable]) -> Result:
     """The guard's refusals as one failed result: what `fit` would stop with."""
     return failed(
-        "; ".join(f"--trainer.{r.flag} {r.value}: {r.problem}" for r in refusals),
+        "; ".join(f"{r.where}: {r.problem}" for r in refusals),
         " ".join(r.fix for r in refusals),
     )
 
@@ -75,15 +77,12 @@ def dataloader_workers(context: Context) -> Result:
     plan = context.plan
     processes = (plan.devices_per_node or 1) if plan.distributed else 1
     cpus = context.machine.cpus
-    # A count below 0 never gets here: parsing the config refused it (bad_input.py).
-    if int(workers) * processes > cpus:
-        return failed(
-            f"num_workers: {workers} x {processes} training process(es) = "
-            f"{int(workers) * processes} loader processes for {cpus} usable CPU cores: "
-            "they compete with training and with each other",
-            f"`--data.init_args.num_workers {max(cpus // processes - 1, 0)}` (one core per "
-            "process stays free for training), or `auto` where the data module accepts it",
-        )
+    # A count below 0 never gets here: parsing the config refused it (bad_input.py), as
+    # it refuses more workers than CPUs for one process; here all of them count.
+    ceiling = worker_ceiling(int(workers), cpus, processes)
+    if ceiling is not None:
+        problem, fix = ceiling
+        return failed(f"--data.num_workers {workers}: {problem}", fix)
     if workers == 0 and cpus >= 4:
         return warned(
             f"num_workers: 0 loads every batch in the training process ({cpus} cores idle)",
@@ -106,7 +105,7 @@ def dataloader_workers(context: Context) -> Result:
 def pin_memory(context: Context) -> Result:
     args, kind = context.data_args or {}, context.plan.device
     if "pin_memory" not in args:
-        if kind == "cuda":
+        if pins_memory(kind):
             return warned(
                 "the data module takes no `pin_memory`: host-to-GPU copies may not be pinned",
                 "give it a `pin_memory` argument passed to its DataLoaders (true on CUDA)",
@@ -115,18 +114,18 @@ def pin_memory(context: Context) -> Result:
     pinned = args["pin_memory"]
     if not isinstance(pinned, bool):
         return passed(f"pin_memory: {pinned} (decided by the loaders)")
-    if kind == "cuda" and not pinned:
+    if pinned == pins_memory(kind):
+        return passed(f"pin_memory: {pinned} on {kind}")
+    if not pinned:
         return failed(
             "pin_memory: false while training on CUDA: every batch is copied from pageable memory "
             "and the copy cannot overlap compute",
             "`--data.init_args.pin_memory true`",
         )
-    if kind != "cuda" and pinned:
-        return warned(
-            f"pin_memory: true on {kind}: pinning only speeds up copies to a CUDA device",
-            "`--data.init_args.pin_memory false` (or auto)",
-        )
-    return passed(f"pin_memory: {pinned} on {kind}")
+    return warned(
+        f"pin_memory: true on {kind}: pinning only speeds up copies to a CUDA device",
+        "`--data.init_args.pin_memory false` (or auto)",
+    )
 
 
 @check("DR005", "precision-supported")

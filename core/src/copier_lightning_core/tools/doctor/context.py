@@ -2,9 +2,10 @@
 
 The machine is probed once into plain facts (`Machine`), so every check is a pure function
 of its `Context` and a test can ask "what would doctor say on a 2-GPU node?" on a laptop.
-Where the run trains (device, processes, precision) is not decided here: `Context.plan` is
-the answer of `run.hardware.resolve`, doctor's prediction of what Lightning builds
-(`fit` asks Lightning itself, then applies the same rules to what it built).
+Where the run trains (device, processes, precision) is not decided here: `Context.plan`
+is, on this machine (`doctor` itself), what Lightning builds for the config, judged as
+`fit` judges it (run/lightning_plan.py); for a machine described as data, the prediction
+of `run.hardware.resolve`.
 """
 
 import importlib.util
@@ -17,7 +18,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from ...platform.private_apis import dynamo_supports_this_python, known_compile_modes
+from ...platform.loader_rules import available_cpus
 from ...run.hardware import Hardware, Plan, probe, resolve
 
 
@@ -38,6 +39,8 @@ def probe_machine(with_compiler: bool) -> Machine:
     """This machine's facts; dynamo and inductor are imported only `with_compiler` (seconds)."""
     import torch
 
+    from ...platform.private_apis import dynamo_supports_this_python, known_compile_modes
+
     dynamo_supported = compile_modes = None
     if with_compiler:
         dynamo_supported = dynamo_supports_this_python()
@@ -45,7 +48,7 @@ def probe_machine(with_compiler: bool) -> Machine:
     return Machine(
         **asdict(probe()),
         system=platform.system(),
-        cpus=_usable_cpus(),
+        cpus=available_cpus(),
         torch_version=torch.__version__.split("+")[0],
         cxx=_cxx(),
         modules=frozenset(
@@ -54,13 +57,6 @@ def probe_machine(with_compiler: bool) -> Machine:
         dynamo_supported=dynamo_supported,
         compile_modes=compile_modes,
     )
-
-
-def _usable_cpus() -> int:
-    """Cores this process may run on (a SLURM job or taskset gets fewer than the node has)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
 
 
 def _cxx() -> str | None:
@@ -84,6 +80,7 @@ class Context:
     root: Path  # the project root: sources are scanned and git is asked here
     files: tuple[Path, ...] | None = None  # static mode: scan only these files
     provenance_class: str | None = None  # the project's checkpoint provenance callback, if any
+    here: bool = False  # `machine` is the one running: Lightning itself resolves the plan
 
     @property
     def trainer(self) -> dict[str, Any]:
@@ -93,6 +90,10 @@ class Context:
     def plan(self) -> Plan:
         """Where and how `fit` would train this config on this machine, or why it would not."""
         assert self.machine is not None, "a static doctor run has no machine to plan for"
+        if self.here:
+            from ...run.lightning_plan import built_plan  # imports Lightning: not in static mode
+
+            return built_plan(self.trainer)
         return resolve(self.trainer, self.machine)
 
     @property

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import yaml
 
-from ...callbacks.compile import graph_breaks_said
 from ...platform.project import project_package
 from .registry import Result, failed, passed
 
@@ -78,6 +77,8 @@ def try_fit(flags: Sequence[str]) -> Result:
         )
     seconds = time.perf_counter() - start
     if done.returncode == 0:
+        from ...callbacks.compile import graph_breaks_said  # imports torch: not in --static
+
         # What the run said of graph breaks (TorchCompile): it fits, but each costs time.
         breaks = graph_breaks_said(done.stdout + done.stderr)
         said = f"; {breaks}" if breaks else ""

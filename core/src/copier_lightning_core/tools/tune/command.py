@@ -38,6 +38,7 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.callbacks import BatchSizeFinder
 
 from ...callbacks.health import DataWaitMonitor
+from ...platform.loader_rules import available_cpus, checked_workers, worker_ceiling
 from ...platform.paths import project_path
 from . import batch_size, learning_rate, workers
 from .measure import Measurement, callback, fit, percent, timed
@@ -102,6 +103,8 @@ def _refuse_bad_arguments(parser: argparse.ArgumentParser, args: argparse.Namesp
         parser.error(f"--tolerance {args.tolerance}: give a share from 0 to below 1 (0.05: 5%).")
     if not 0 < args.max_memory <= 1:
         parser.error(f"--max-memory {args.max_memory}: give a share above 0, at most 1.")
+    for value in _worker_counts(args.workers):
+        _refuse_worker_count(parser, value)
     if not 0 < args.min_lr < args.max_lr:
         parser.error(
             f"--min-lr {args.min_lr}, --max-lr {args.max_lr}: give 0 < --min-lr < --max-lr."
@@ -114,6 +117,23 @@ def _refuse_bad_arguments(parser: argparse.ArgumentParser, args: argparse.Namesp
                 f"--output {args.output}: {path} exists and was not written by tune; "
                 "choose another --output (tune overwrites only its own files)."
             )
+
+
+def _refuse_worker_count(parser: argparse.ArgumentParser, value: str) -> None:
+    """The rules `fit` applies to `--data.num_workers` (loader_rules.py), for one machine's
+    process: a count tune would time is refused before the first measurement."""
+    try:
+        workers = checked_workers(_parse(value))
+    except ValueError as error:
+        parser.error(f"--workers {value}: {error}")
+    ceiling = None if workers == "auto" else worker_ceiling(workers, available_cpus())
+    if ceiling is not None:
+        problem, fix = ceiling
+        parser.error(f"--workers {value}: {problem}. {fix}")
+
+
+def _worker_counts(text: str) -> list[str]:
+    return [value.strip() for value in text.split(",") if value.strip()]
 
 
 def _plot_path(output: Path) -> Path:
@@ -142,7 +162,7 @@ def _tune(args: argparse.Namespace, fit_options: list[str], scratch: Path) -> in
     device = facts.device
     rows = [("batch_size", m) for m in size]
 
-    values = [w.strip() for w in args.workers.split(",") if w.strip()]
+    values = _worker_counts(args.workers)
     if not facts.takes_workers:
         _say(f"2: skipped: {facts.data_class} takes no `num_workers`")
         values = []
@@ -320,7 +340,11 @@ def _learning_rate(
 
 
 def _parse(value: str) -> int | str:
-    return int(value) if value.isdigit() else value
+    """A count as an int ("-1" too, for its rule to refuse), any other word as given."""
+    try:
+        return int(value)
+    except ValueError:
+        return value
 
 
 def _table(device: str, rows: list[tuple[str, Measurement]]) -> str:
