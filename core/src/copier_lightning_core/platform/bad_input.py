@@ -29,6 +29,7 @@ from typing import Any, TypeGuard
 
 import torch
 from jsonargparse import Namespace
+from lightning.pytorch.utilities import rank_zero_warn
 
 from .loader_rules import available_cpus, worker_ceiling
 from .loaders import LoaderOptions
@@ -80,13 +81,22 @@ def check_data_arguments(data_config: Any) -> None:
 
 
 def check_num_workers(workers: int, where: str, processes: int = 1) -> None:
-    """The machine's ceiling on workers (loader_rules.worker_ceiling), for `processes`
-    training processes on this machine; a count below 0 is refused by its type, or by
-    torch's DataLoader."""
-    found = worker_ceiling(workers, available_cpus(), processes)
+    """The machine's ceiling on workers (loader_rules.worker_ceiling); a count below 0 is
+    refused by its type, or by torch's DataLoader.
+
+    More workers than CPUs in one process is refused: nothing could make that fit. The
+    workers of all `processes` training processes on this machine together above the CPUs
+    are a warning with the same words: they compete and each holds its dataset, but a
+    dataset small enough or workers idle enough (a full prefetch queue) still train.
+    """
+    found = worker_ceiling(workers, available_cpus())
     if found is not None:
         problem, fix = found
         raise Refusal(f"{where} {workers}: {problem}. {fix}")
+    shared = worker_ceiling(workers, available_cpus(), processes)
+    if shared is not None:
+        problem, fix = shared
+        rank_zero_warn(f"{where} {workers}: {problem}. {fix}")
 
 
 def check_loader(loader: Any, hook: str, processes: int = 1) -> None:

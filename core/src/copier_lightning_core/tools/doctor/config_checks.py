@@ -78,7 +78,9 @@ def dataloader_workers(context: Context) -> Result:
     processes = (plan.devices_per_node or 1) if plan.distributed else 1
     cpus = context.machine.cpus
     # A count below 0 never gets here: parsing the config refused it (bad_input.py), as
-    # it refuses more workers than CPUs for one process; here all of them count.
+    # it refuses more workers than CPUs for one process. Here the workers of all the local
+    # processes count: fit only warns about those (bad_input.check_num_workers), doctor
+    # fails the check, as it does any setting to change before a long run.
     ceiling = worker_ceiling(int(workers), cpus, processes)
     if ceiling is not None:
         problem, fix = ceiling
