@@ -20,6 +20,7 @@ from lightning.pytorch import Trainer
 from lightning.pytorch.cli import LightningArgumentParser
 from lightning.pytorch.plugins import MixedPrecision
 
+from copier_lightning_core import Refusal
 from copier_lightning_core.cli import ProjectCLI
 from copier_lightning_core.platform.project import project_root
 from copier_lightning_core.run.precision import (
@@ -68,7 +69,7 @@ def guard_starts(config: dict) -> bool:
         with lightning_refusals(built.trainer):
             trainer = Trainer(**built.trainer)
         check_built_trainer(trainer, built.trainer)
-    except SystemExit:
+    except Refusal:
         return False
     return True
 
@@ -137,6 +138,6 @@ def test_fsdp1_that_doctor_fails_stops_fit_as_the_trainer_is_built(tmp_path):
     args.append(f"--trainer.default_root_dir={tmp_path}")
     refused = r"Lightning refuses these trainer settings \(--trainer\.accelerator cpu .*"
     refused += r"--trainer\.strategy fsdp.*\): The strategy `fsdp` requires a GPU.* `doctor`"
-    with pytest.raises(SystemExit, match=refused):
+    with pytest.raises(Refusal, match=refused):
         ProjectCLI(args=args)
     assert not (tmp_path / "checkpoints").exists()
