@@ -215,11 +215,13 @@ class Matrix:
         from importlib import import_module
 
         main = import_module("copier_lightning_core.cli").main
+        refusal = import_module("copier_lightning_core").Refusal
         try:
             status = main(list(args), project=self.package)
         except SystemExit as stop:
-            if isinstance(stop.code, str):
-                raise Refused(stop.code) from None
+            # main ends a refused command with status 1, the Refusal as the exit's cause.
+            if isinstance(stop.__cause__, refusal):
+                raise Refused(str(stop.__cause__)) from None
             status = stop.code or 0
         if status != 0:
             raise CellFailed(f"{args[0]} exited {status}")

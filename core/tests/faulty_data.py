@@ -3,11 +3,18 @@
 Its loaders do not go through `LoaderOptions`, and its worker count is not an argument
 named `num_workers`: what the library sees of them, it sees only on the built loaders
 (loader_hooks.py): the worker count, the signals workers ignore, an empty training set.
+
+And code of a user's that refuses what it is given (`Refusal`), at each point of a run:
+a DataModule's `setup`, a sample read in a loader's worker process, a callback mid-fit.
 """
 
-from torch.utils.data import DataLoader
+import lightning as L
+from torch.utils.data import DataLoader, Dataset
 
+from copier_lightning_core import Refusal
 from toy import ToyTabularData
+
+DAMAGED = "sample {} of the training set is damaged (truncated file). Restore it from a backup."
 
 
 class PlainLoadersData(ToyTabularData):
@@ -35,3 +42,42 @@ class PlainLoadersData(ToyTabularData):
 
     def val_dataloader(self) -> DataLoader:
         return self._loader(self.val_set)
+
+
+class DamagedSamples(Dataset):
+    """A dataset whose every sample is refused when read, as a damaged file is."""
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, index: int) -> None:
+        raise Refusal(DAMAGED.format(index))
+
+
+class DamagedSamplesData(PlainLoadersData):
+    """Its training samples are refused in the loader's worker processes."""
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader(DamagedSamples())
+
+
+class RefusingSetupData(ToyTabularData):
+    """Refuses in `setup`, on every process, before any batch."""
+
+    SAYS = "--data.num_samples: the data folder holds no samples. Check the path."
+
+    def setup(self, stage: str) -> None:
+        raise Refusal(self.SAYS)
+
+
+class RefuseAtStep(L.Callback):
+    """Refuses once training has taken `step` steps (a check of the user's, mid-fit)."""
+
+    SAYS = "the loss is no longer a number at step {}. Lower --model.lr."
+
+    def __init__(self, step: int = 2) -> None:
+        self.step = step
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: object) -> None:
+        if trainer.global_step >= self.step:
+            raise Refusal(self.SAYS.format(trainer.global_step))

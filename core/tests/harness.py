@@ -13,7 +13,9 @@ from typing import Any
 
 from jsonargparse import Namespace
 
-from copier_lightning_core.cli import ProjectCLI
+import pytest
+
+from copier_lightning_core.cli import ProjectCLI, main
 from copier_lightning_core.platform.project import SETTINGS_TABLE, project_package, project_root
 from copier_lightning_core.platform.refusal import Refusal
 from copier_lightning_core.run.run_plan import RunPlan, plan_run
@@ -31,15 +33,17 @@ NO_PROJECT = (
 def served_project() -> str:
     """The package of the project these tests run in.
 
-    Without one, pytest ends with the paragraph above and status 1: a `Refusal` (a
-    SystemExit) raised while pytest loads conftest.py ends it with its message alone, where
-    `pytest.exit` there would print as an import error with a traceback.
+    Without one, pytest ends with the paragraph above and status 1: a SystemExit raised
+    while pytest loads conftest.py ends it with its message alone, where a Refusal (an
+    ordinary exception) or `pytest.exit` there would print as an import error with a
+    traceback.
     """
     try:
         project_root()  # the package named, and importable from this Python
     except Refusal as refusal:
         core = Path(__file__).resolve().parents[1]
-        raise Refusal(NO_PROJECT.format(core=core, table=SETTINGS_TABLE)) from refusal
+        no_project = Refusal(NO_PROJECT.format(core=core, table=SETTINGS_TABLE))
+        raise SystemExit(str(no_project)) from refusal
     return project_package()
 
 
@@ -109,6 +113,21 @@ def toy_classes(flavour: str) -> list[str]:
     """The classes a flavour names (`--model=toy.X`, `--data=toy.Y`): what `export --trust` takes."""
     names = ("--model=", "--data=")
     return [arg.split("=", 1)[1] for arg in TOYS[flavour] if arg.startswith(names)]
+
+
+def refusal_of_main(capsys: pytest.CaptureFixture[str], *words: str) -> str:
+    """The paragraph `python -m <package> WORDS`, run in this process, ends with.
+
+    As from the shell: exit status 1 and the paragraph, last on stderr. The SystemExit
+    carries the refusal as its cause (refusal.py), so the test reads the paragraph whole.
+    """
+    with pytest.raises(SystemExit) as stopped:
+        main(list(words))
+    refusal = stopped.value.__cause__
+    assert stopped.value.code == 1 and isinstance(refusal, Refusal), stopped.value
+    err = capsys.readouterr().err
+    assert err.endswith(f"{refusal}\n") and "Traceback" not in err, err
+    return str(refusal)
 
 
 @dataclass

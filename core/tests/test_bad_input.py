@@ -1,6 +1,6 @@
 """Bad input is refused with one paragraph before any work: files, numbers, folders, flags.
 
-In-process, each refusal is a SystemExit whose message names the value and the fix (from
+In-process, each refusal is a `Refusal` whose paragraph names the value and the fix (from
 the shell: that paragraph, exit code 1, no traceback); nothing is written where a run
 would have written.
 """
@@ -8,6 +8,7 @@ would have written.
 import importlib
 import logging
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -26,13 +27,14 @@ from copier_lightning_core.cli import ProjectCLI, main
 from copier_lightning_core.platform.bad_input import check_loader
 from copier_lightning_core.platform.loader_rules import available_cpus
 from copier_lightning_core.platform.loaders import LoaderOptions
+from copier_lightning_core.platform.refusal import Refusal
 from copier_lightning_core.run import run_folders
 from copier_lightning_core.run.resolve import resolve_config
 from copier_lightning_core.tools.doctor import CHECKS
 from copier_lightning_core.tools.doctor.command import main as doctor
 from copier_lightning_core.tools.doctor.context import Context, Machine
 from copier_lightning_core.tools.doctor.registry import FAIL, Result
-from harness import FAST, FLAVOURS, PROJECT
+from harness import FAST, FLAVOURS, PROJECT, refusal_of_main
 
 TESTS = Path(__file__).parent
 SEQUENCE = [*FAST, *FLAVOURS["sequence"], "--trainer.logger=false", "--test_after_fit=false"]
@@ -63,11 +65,10 @@ def bad_files(trained, tmp_path_factory) -> dict[str, Path]:
 
 
 def refusal(args: list[str]) -> str:
-    """The message of the SystemExit the command stops with."""
-    with pytest.raises(SystemExit) as stopped:
+    """The paragraph of the Refusal the command stops with."""
+    with pytest.raises(Refusal) as stopped:
         ProjectCLI(args=args)
-    assert isinstance(stopped.value.code, str), stopped.value.code
-    return stopped.value.code
+    return str(stopped.value)
 
 
 WHY = {
@@ -93,9 +94,8 @@ def test_a_bad_checkpoint_file_stops_every_trainer_command_before_work(
 
 @pytest.mark.parametrize("kind", list(WHY))
 @pytest.mark.parametrize("tool", ["export", "inspect-ckpt"])
-def test_a_bad_checkpoint_file_stops_the_tools(tool, kind, bad_files):
-    with pytest.raises(SystemExit, match=WHY[kind]):
-        main([tool, str(bad_files[kind])])
+def test_a_bad_checkpoint_file_stops_the_tools(tool, kind, bad_files, capsys):
+    assert re.search(WHY[kind], refusal_of_main(capsys, tool, str(bad_files[kind])))
 
 
 @pytest.mark.parametrize("kind", [*WHY, "bad_safetensors"])
@@ -251,15 +251,13 @@ def test_too_many_workers_is_one_paragraph_wherever_the_count_comes_in(tmp_path,
             f"--trainer.default_root_dir={root}",
         ]
     )
-    with pytest.raises(SystemExit) as stopped:
+    with pytest.raises(Refusal) as stopped:
         doctor([*FLAVOURS["sequence"], f"--data.num_workers={too_many}"])
-    told = stopped.value.code
+    told = str(stopped.value)
     parsed = resolve_config(FLAVOURS["sequence"])
     parsed["data"]["init_args"]["num_workers"] = too_many
     row = _doctor_row("DR003", parsed)
-    with pytest.raises(SystemExit):
-        main(["tune", f"--workers=0,{too_many}"])
-    tuned = capsys.readouterr().err.strip().splitlines()[-1]
+    tuned = refusal_of_main(capsys, "tune", f"--workers=0,{too_many}")
     assert config.startswith(f"error: --data.num_workers {too_many}: more DataLoader worker")
     assert f"_dataloader(): num_workers {too_many}: more" in built  # the first one built
     assert told == config  # doctor parses as fit does, and stops with fit's paragraph
@@ -295,9 +293,9 @@ def test_prefetch_without_workers_is_one_paragraph_from_python_the_config_and_do
     flags = [*FLAVOURS["sequence"], "--data.num_workers=0", "--data.prefetch_factor=4"]
     root = tmp_path / "run"
     config = refusal(["fit", *SEQUENCE, *flags[-2:], f"--trainer.default_root_dir={root}"])
-    with pytest.raises(SystemExit) as stopped:
+    with pytest.raises(Refusal) as stopped:
         doctor(flags)
-    assert config == stopped.value.code == f"error: in --data, {python.value}"
+    assert config == str(stopped.value) == f"error: in --data, {python.value}"
     assert not root.exists()
 
 

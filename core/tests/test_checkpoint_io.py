@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from copier_lightning_core import Refusal
 from copier_lightning_core.checkpoints.checkpoint_io import _HOST, AtomicCheckpointIO
 from copier_lightning_core.cli import ProjectCLI
 from harness import FAST, FLAVOURS
@@ -73,9 +74,9 @@ def test_a_full_disk_stops_the_fit_with_one_paragraph_and_keeps_the_checkpoints(
         real_save(obj, Full(), *rest, **options)
 
     monkeypatch.setattr(torch, "save", save_on_a_full_disk)
-    with pytest.raises(SystemExit) as stopped:
+    with pytest.raises(Refusal) as stopped:
         ProjectCLI(args=[*args, "--trainer.max_epochs=2", "--ckpt_path=last"])
-    message = str(stopped.value.code)
+    message = str(stopped.value)
     assert message.startswith("error: no space left to write the checkpoint ")
     assert "MiB free on the disk of" in message and "--ckpt_path last" in message
     assert "\n" not in message

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from copier_lightning_core import Refusal
 from copier_lightning_core.callbacks.finetune import load_matching
 from copier_lightning_core.checkpoints import provenance
 from copier_lightning_core.checkpoints.checkpoint_io import AtomicCheckpointIO
@@ -90,7 +91,7 @@ def test_mismatched_weights_list_the_keys_with_a_hint(trained, tmp_path):
     checkpoint["state_dict"] = {f"_orig_mod.{k}": v for k, v in checkpoint["state_dict"].items()}
     compiled = tmp_path / "compiled.ckpt"
     torch.save(checkpoint, compiled)
-    with pytest.raises(SystemExit, match=r"compiled\.ckpt do not fit the model") as error:
+    with pytest.raises(Refusal, match=r"compiled\.ckpt do not fit the model") as error:
         trained.cli("validate", f"--ckpt_path={compiled}")
     message = str(error.value)
     assert "Missing in the checkpoint" in message and "Unexpected in the checkpoint" in message
@@ -103,7 +104,7 @@ def test_weights_of_another_shape_are_named_before_loading(trained, tmp_path):
     checkpoint["state_dict"][name] = torch.zeros(99)
     reshaped = tmp_path / "reshaped.ckpt"
     torch.save(checkpoint, reshaped)
-    with pytest.raises(SystemExit, match=rf"Other shapes \(1\): {name} \(99,\) in the checkpoint"):
+    with pytest.raises(Refusal, match=rf"Other shapes \(1\): {name} \(99,\) in the checkpoint"):
         trained.cli("test", f"--ckpt_path={reshaped}")
 
 
@@ -177,7 +178,7 @@ def test_classes_of_the_recorded_config_are_imported_only_when_trusted(denoiser,
     checkpoint["provenance"] = {**checkpoint["provenance"], "config": config}
     path = tmp_path / "foreign.ckpt"
     torch.save(checkpoint, path)
-    with pytest.raises(SystemExit, match=r"elsewhere\.Net"):
+    with pytest.raises(Refusal, match=r"elsewhere\.Net"):
         rebuild(path, load(path), trusted=toy_classes("denoiser"))
     # The command line names the network (harness.DENOISER): the recorded one is not read.
     cli = denoiser.cli("validate", f"--ckpt_path={path}")

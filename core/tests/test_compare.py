@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from copier_lightning_core import Refusal
 from copier_lightning_core.checkpoints.summary import SUMMARY
 from copier_lightning_core.cli import ProjectCLI
 from copier_lightning_core.run import run_record
@@ -210,9 +211,9 @@ def test_no_printed_line_outgrows_its_columns_however_long_a_value_is(tmp_path, 
 
 def test_a_folder_that_is_not_a_run_is_a_clear_error(tmp_path):
     (tmp_path / "empty" / "sub").mkdir(parents=True)
-    with pytest.raises(SystemExit, match=r"is not a run folder.*runs/<experiment>"):
+    with pytest.raises(Refusal, match=r"is not a run folder.*runs/<experiment>"):
         compare([str(tmp_path / "empty")])
-    with pytest.raises(SystemExit, match="is not a folder"):
+    with pytest.raises(Refusal, match="is not a folder"):
         compare([str(tmp_path / "missing")])
 
 
@@ -221,7 +222,7 @@ def test_a_run_whose_checkpoint_is_truncated_is_one_paragraph_naming_it(seeded, 
     shutil.copytree(seeded / "hidden-8" / "seed-1", run)
     last = run / "checkpoints" / "last.ckpt"
     last.write_bytes(last.read_bytes()[: last.stat().st_size // 2])  # a copy cut short
-    with pytest.raises(SystemExit, match=rf"{last} is not a checkpoint: .* truncated"):
+    with pytest.raises(Refusal, match=rf"{last} is not a checkpoint: .* truncated"):
         compare([str(run)])
 
 

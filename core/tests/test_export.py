@@ -9,6 +9,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
+from copier_lightning_core import Refusal
 from copier_lightning_core.callbacks.finetune import load_matching, read_weights
 from copier_lightning_core.cli import main
 from copier_lightning_core.tools.determinism import compare_checkpoints
@@ -118,14 +119,14 @@ def test_dynamic_dims_a_module_declares_are_exported_by_name(tmp_path):
 
 
 def test_a_module_without_example_input_array_or_datamodule_is_refused_with_the_fix():
-    with pytest.raises(SystemExit, match="sets no `example_input_array`, and the checkpoint"):
+    with pytest.raises(Refusal, match="sets no `example_input_array`, and the checkpoint"):
         sample_inputs(ToyRegressor(), None)
 
 
 def test_dict_validation_batches_are_not_guessed_at():
     model = ToySequenceClassifier()
     model.example_input_array = None
-    with pytest.raises(SystemExit, match="validation batches are a dict"):
+    with pytest.raises(Refusal, match="validation batches are a dict"):
         sample_inputs(model, ToySequenceData())
 
 

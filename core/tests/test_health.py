@@ -140,7 +140,7 @@ def test_with_a_copy_an_absurd_learning_rate_stops_the_run_with_the_weights_from
 
     with pytest.raises(HealthCheckFailed) as failure:
         fit([*args, f"--trainer.default_root_dir={tmp_path / 'guarded'}"], adjust)
-    message = failure.value.code
+    message = str(failure.value)
     assert message.startswith("error: training diverged")
     step = int(re.search(r"global step (\d+) ", message)[1])
     assert f"global step {step} (batch {step % BATCHES_PER_EPOCH[flavour]} of epoch" in message

@@ -10,6 +10,7 @@ from lightning.pytorch import Trainer
 from torch.utils.data import DataLoader, RandomSampler, TensorDataset
 from torchdata.stateful_dataloader import StatefulDataLoader
 
+from copier_lightning_core import Refusal
 from copier_lightning_core.cli import ProjectCLI
 from copier_lightning_core.platform.loaders import (
     MAX_AUTO_WORKERS,
@@ -101,7 +102,7 @@ def test_prefetch_without_workers_after_auto_is_refused(cpus, monkeypatch):
 
 def test_the_command_line_refuses_a_bad_value_before_any_work(tmp_path):
     args = [*FAST, f"--trainer.default_root_dir={tmp_path / 'run'}", *FLAVOURS["sequence"]]
-    with pytest.raises(SystemExit, match=r"in --data, num_workers=-1 is not valid"):
+    with pytest.raises(Refusal, match=r"in --data, num_workers=-1 is not valid"):
         ProjectCLI(args=["fit", *args, "--data.num_workers=-1"])
     assert not (tmp_path / "run").exists()  # nothing written
 

@@ -22,6 +22,7 @@ from lightning.fabric.utilities.exceptions import MisconfigurationException
 from lightning.pytorch import Trainer
 from lightning.pytorch.plugins import MixedPrecision
 
+from copier_lightning_core import Refusal
 from copier_lightning_core.cli import ProjectCLI
 from copier_lightning_core.platform.project import project_root
 from copier_lightning_core.run.hardware import device_kind
@@ -67,7 +68,7 @@ def guarded_trainer(config: dict) -> Trainer | None:
         with lightning_refusals(built.trainer):
             trainer = Trainer(**built.trainer)
         check_built_trainer(trainer, built.trainer)
-    except SystemExit:
+    except Refusal:
         return None
     return trainer
 
@@ -150,7 +151,7 @@ def test_fsdp1_that_doctor_fails_stops_fit_as_the_trainer_is_built(tmp_path):
     args.append(f"--trainer.default_root_dir={tmp_path}")
     refused = r"Lightning refuses these trainer settings \(--trainer\.accelerator cpu .*"
     refused += r"--trainer\.strategy fsdp.*\): The strategy `fsdp` requires a GPU.* `doctor`"
-    with pytest.raises(SystemExit, match=refused):
+    with pytest.raises(Refusal, match=refused):
         ProjectCLI(args=args)
     assert not (tmp_path / "checkpoints").exists()
 

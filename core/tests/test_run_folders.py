@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from copier_lightning_core import Refusal
 from copier_lightning_core.cli import ProjectCLI
 from copier_lightning_core.platform.project import project_root
 from copier_lightning_core.run import run_folders
@@ -70,9 +71,9 @@ def test_fits_started_in_the_same_second_are_numbered_and_sorted_as_numbers(tmp_
 
 def test_a_resume_or_evaluation_without_runs_is_one_paragraph(runs):
     for command in ("fit", "validate"):
-        with pytest.raises(SystemExit) as stopped:
+        with pytest.raises(Refusal) as stopped:
             cli(runs, command, "--ckpt_path=last")
-        message = str(stopped.value.code)
+        message = str(stopped.value)
         assert "experiment 'default' has no run with checkpoints" in message
         assert "\n" not in message and "--trainer.default_root_dir" in message
     assert not runs.exists()
@@ -80,7 +81,7 @@ def test_a_resume_or_evaluation_without_runs_is_one_paragraph(runs):
 
 @pytest.mark.parametrize("name", ["../elsewhere", "a/b", "sweeps", ".hidden", "two words"])
 def test_an_experiment_name_that_is_no_folder_name_is_refused(name):
-    with pytest.raises(SystemExit, match=f"experiment name '{name}' cannot be a folder name"):
+    with pytest.raises(Refusal, match=f"experiment name '{name}' cannot be a folder name"):
         resolve_config([f"--experiment={name}"])
 
 
@@ -97,7 +98,7 @@ def experiments(tmp_path: Path, monkeypatch) -> Path:
 
 
 def test_an_experiment_without_a_file_is_refused_listing_the_files(experiments):
-    with pytest.raises(SystemExit, match=r"no .*experiments/shrt\.yaml.*Choose one of: short, or"):
+    with pytest.raises(Refusal, match=r"no .*experiments/shrt\.yaml.*Choose one of: short, or"):
         resolve_config(["--experiment", "shrt"])
 
 
@@ -143,14 +144,14 @@ def test_ranks_take_the_root_or_the_name_their_launcher_hands_them(tmp_path, mon
     monkeypatch.setenv(run_name_variable(), "2030-01-01_00-00-00")  # by torchrun.sh
     assert planned_root("fit", folder, None) == (folder / "2030-01-01_00-00-00", False)
     monkeypatch.setenv(run_name_variable(), "../../etc")
-    with pytest.raises(SystemExit, match="cannot be a folder name"):
+    with pytest.raises(Refusal, match="cannot be a folder name"):
         planned_root("fit", folder, None)
 
 
 def test_a_launch_of_several_processes_without_a_shared_name_is_refused(tmp_path, monkeypatch):
     monkeypatch.delenv(run_name_variable(), raising=False)
     monkeypatch.setenv("WORLD_SIZE", "4")
-    with pytest.raises(SystemExit, match=f"one of 4 .*Set {run_name_variable()}"):
+    with pytest.raises(Refusal, match=f"one of 4 .*Set {run_name_variable()}"):
         planned_root("fit", tmp_path / "runs" / "default", None)
 
 
@@ -161,7 +162,7 @@ def test_slurm_tasks_share_the_folder_task_0_makes_and_a_requeue_finds_it(tmp_pa
     monkeypatch.setenv("SLURM_STEP_ID", "0")
     monkeypatch.setenv("SLURM_PROCID", "1")
     monkeypatch.setattr(run_folders, "SLURM_WAIT_S", 0)
-    with pytest.raises(SystemExit, match="waited 0 s for task 0"):
+    with pytest.raises(Refusal, match="waited 0 s for task 0"):
         planned_root("fit", folder, None)  # task 0 has not made it yet
     monkeypatch.setenv("SLURM_PROCID", "0")
     root, fresh = planned_root("fit", folder, None)

@@ -22,6 +22,7 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 
+from copier_lightning_core import Refusal
 from copier_lightning_core.checkpoints.checkpoint_io import AtomicCheckpointIO
 from copier_lightning_core.checkpoints.load import RUN_STATE
 from copier_lightning_core.cli import ProjectCLI
@@ -226,6 +227,6 @@ def test_the_checkpoint_writer_hands_back_a_preloaded_checkpoint_once(tmp_path, 
     other = tmp_path / "other.ckpt"
     io.preload(other, preloaded)
     io.load_checkpoint(path)  # another file is read, and the preloaded one let go:
-    with pytest.raises(SystemExit, match="does not exist"):
+    with pytest.raises(Refusal, match="does not exist"):
         io.load_checkpoint(other)
     assert reads == {path.resolve(): 3}

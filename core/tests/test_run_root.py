@@ -12,6 +12,7 @@ import textwrap
 
 import pytest
 
+from copier_lightning_core import Refusal
 from copier_lightning_core.platform.paths import RunLayout
 from copier_lightning_core.run.resolve import resolve_config
 from copier_lightning_core.run.run_root import claim_for_fit
@@ -20,9 +21,9 @@ from harness import FAST, FLAVOURS, Run, planned
 
 def test_a_second_fit_into_a_run_folder_is_refused_and_changes_nothing(fitted: Run):
     saved = {path: path.read_bytes() for path in fitted.checkpoints.iterdir()}
-    with pytest.raises(SystemExit) as stopped:
+    with pytest.raises(Refusal) as stopped:
         fitted.cli("fit", "--test_after_fit=false")
-    message = str(stopped.value.code)
+    message = str(stopped.value)
     assert f"{fitted.root} already holds a run" in message
     assert "--ckpt_path last" in message and "--trainer.default_root_dir" in message
     assert {path: path.read_bytes() for path in fitted.checkpoints.iterdir()} == saved
@@ -41,7 +42,7 @@ def test_a_checkpoint_from_another_folder_starts_a_new_run_and_is_refused_there(
     other = tmp_path / "other"
     (other / "checkpoints").mkdir(parents=True)
     (other / "checkpoints" / "last.ckpt").write_bytes(b"an earlier run of its own")
-    with pytest.raises(SystemExit, match="already holds a run"):
+    with pytest.raises(Refusal, match="already holds a run"):
         claim_for_fit(RunLayout(other), str(fitted.checkpoints / "last.ckpt"))
 
 
@@ -50,7 +51,7 @@ def test_a_slurm_requeue_may_run_into_its_own_folder_without_ckpt_path(tmp_path)
     layout = RunLayout(tmp_path / "run")
     layout.checkpoints.mkdir(parents=True)
     layout.last.write_bytes(b"the run's last checkpoint")
-    with pytest.raises(SystemExit, match="already holds a run"):
+    with pytest.raises(Refusal, match="already holds a run"):
         claim_for_fit(layout, None)
     (layout.root / "hpc_ckpt_1.ckpt").write_bytes(b"what SIGUSR1 saved")
     claim_for_fit(layout, None)  # no refusal
@@ -84,7 +85,7 @@ def test_a_live_fit_locks_its_folder_and_a_sigkilled_one_leaves_no_lock(run: Run
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        with pytest.raises(SystemExit, match=f"another fit is running into .*process {holder.pid}"):
+        with pytest.raises(Refusal, match=f"another fit is running into .*process {holder.pid}"):
             run.cli("fit", "--test_after_fit=false")
         os.kill(holder.pid, signal.SIGKILL)  # the main process only: its child lives on
         holder.wait()

@@ -20,6 +20,7 @@ import pytest
 import torch
 from torch import nn
 
+from copier_lightning_core import Refusal
 from copier_lightning_core.callbacks.sharding import find_blocks, with_networks
 from copier_lightning_core.checkpoints.load import is_sharded
 from copier_lightning_core.cli import ProjectCLI, main
@@ -182,7 +183,7 @@ def test_a_one_process_fit_from_the_sharded_checkpoint_stops_with_the_commands_t
 ):
     last = tied_lm_run / "run" / "checkpoints" / "last.ckpt"
     root = f"--trainer.default_root_dir={tmp_path / 'run'}"
-    with pytest.raises(SystemExit, match=r"folder of shards.*fsdp2\.yaml.*--init_from"):
+    with pytest.raises(Refusal, match=r"folder of shards.*fsdp2\.yaml.*--init_from"):
         ProjectCLI(args=["fit", *TIED_LM, root, f"--ckpt_path={last}"])
 
 

@@ -16,6 +16,7 @@ import pytest
 from lightning.fabric.utilities.seed import pl_worker_init_function
 from torch.utils.data import DataLoader
 
+from copier_lightning_core import Refusal
 from copier_lightning_core.cli import ProjectCLI
 from copier_lightning_core.platform.signals import (
     IgnoreInterrupts,
@@ -66,6 +67,19 @@ def test_a_signal_outside_a_trainer_stops_the_command_with_128_plus_its_number(s
         raise AssertionError("the signal did not stop the command")
     assert stopped.value.code == code
     assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before
+
+
+def test_a_refusal_on_the_way_out_of_an_interrupted_command_keeps_the_interrupts_code():
+    """A Trainer stops after the batch in which SIGTERM came; a refusal raised on the way out
+    (a check that ran meanwhile) must not hide from a scheduler that the run was stopped."""
+    with pytest.raises(SystemExit) as stopped, interrupt_exit_codes():
+        ours = signal.getsignal(signal.SIGTERM)
+        assert callable(ours)
+        # As a running Trainer's handler does: it records the stop, then calls the one before.
+        signal.signal(signal.SIGTERM, lambda signum, frame: ours(signum, frame))
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise Refusal("found while the run was stopping.")
+    assert stopped.value.code == 143
 
 
 # A command whose loader workers are busy (slow items) when SIGTERM reaches the whole group.

@@ -19,6 +19,7 @@ import optuna
 import pytest
 import yaml
 
+from copier_lightning_core import Refusal
 from copier_lightning_core.tools.sweep import command
 from copier_lightning_core.tools.sweep.spec import SpecError, load_spec
 from harness import FAST, FLAVOURS, PROJECT
@@ -221,9 +222,9 @@ def test_a_spec_that_is_no_text_is_refused_in_one_paragraph(tmp_path):
 
 def test_a_space_key_fit_does_not_take_is_refused_before_any_trial(tmp_path, capsys):
     spec = write_spec(tmp_path, space={"model.lrr": {"type": "float", "low": 0.1, "high": 1.0}})
-    with pytest.raises(SystemExit) as exit_info:
+    with pytest.raises(Refusal) as exit_info:
         command.sweep([str(spec), "--dir", str(tmp_path / "sweep")])
-    message = str(exit_info.value.code)
+    message = str(exit_info.value)
     assert "model.lrr" in message and "space:" in message
     assert not (tmp_path / "sweep").exists()  # nothing started
 
@@ -231,15 +232,15 @@ def test_a_space_key_fit_does_not_take_is_refused_before_any_trial(tmp_path, cap
 def test_options_the_sweep_sets_itself_are_refused(tmp_path):
     spec = write_spec(tmp_path)
     for option in ["--ckpt_path=last", "--trainer.default_root_dir=elsewhere"]:
-        with pytest.raises(SystemExit, match=option.split("=")[0]):
+        with pytest.raises(Refusal, match=option.split("=")[0]):
             command.sweep([str(spec), "--dir", str(tmp_path / "sweep"), option])
 
 
 def test_the_slurm_launcher_without_sbatch_is_a_one_line_error(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch there
-    with pytest.raises(SystemExit) as exit_info:
+    with pytest.raises(Refusal) as exit_info:
         command.sweep([str(write_spec(tmp_path)), "--launcher", "slurm"])
-    message = str(exit_info.value.code)
+    message = str(exit_info.value)
     assert "sbatch" in message and "\n" not in message
 
 
@@ -278,9 +279,9 @@ def test_a_damaged_journal_loses_nothing_or_is_refused_naming_it(tmp_path, capsy
     journal.write_bytes(damage(journal.read_bytes()))
     damaged = journal.read_bytes()
     if refused:
-        with pytest.raises(SystemExit) as exit_info:
+        with pytest.raises(Refusal) as exit_info:
             command.sweep([str(spec), "--dir", str(folder)])
-        message, last_line = str(exit_info.value.code), damaged.count(b"\n")
+        message, last_line = str(exit_info.value), damaged.count(b"\n")
         assert f"{journal} is damaged: line {last_line}" in message, message
         assert "\n" not in message and journal.read_bytes() == damaged  # left as it was
         return

@@ -9,9 +9,10 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
+from copier_lightning_core import Refusal
 from copier_lightning_core.callbacks.monitor import MonitorNotLogged
 from copier_lightning_core.cli import main
-from harness import PREDICT_SIZES
+from harness import PREDICT_SIZES, refusal_of_main
 from toy import ToyRegressor, ToySequenceClassifier
 
 
@@ -67,7 +68,7 @@ def test_test_with_ckpt_path_best_in_a_fresh_process(fitted):
 
 
 def test_ckpt_path_best_without_a_run_says_what_to_do(run):
-    with pytest.raises(SystemExit, match="no best checkpoint"):
+    with pytest.raises(Refusal, match="no best checkpoint"):
         run.cli("test", "--ckpt_path=best")
 
 
@@ -99,7 +100,7 @@ def test_predictions_format_on_the_command_line_writes_a_table_for_that_call(fit
 
 @pytest.mark.parametrize("run", ["tabular"], indirect=True)
 def test_predictions_format_without_a_writer_says_how_to_add_it_back(fitted):
-    with pytest.raises(SystemExit, match="no PredictionWriter in trainer"):
+    with pytest.raises(Refusal, match="no PredictionWriter in trainer"):
         fitted.cli(
             "predict", "--ckpt_path=last", "--predictions_format=csv", "--trainer.callbacks=[]"
         )
@@ -148,17 +149,15 @@ def test_inspect_ckpt_prints_the_checkpoint_facts(fitted, capsys):
 
 
 @pytest.mark.parametrize("content", [b"", b"not a checkpoint at all", None])
-def test_inspect_ckpt_refuses_a_bad_file_with_its_name(tmp_path, content):
+def test_inspect_ckpt_refuses_a_bad_file_with_its_name(tmp_path, content, capsys):
     path = tmp_path / "broken.ckpt"
     if content is not None:
         path.write_bytes(content)
-    with pytest.raises(SystemExit, match=r"broken\.ckpt"):
-        main(["inspect-ckpt", str(path)])
+    assert "broken.ckpt" in refusal_of_main(capsys, "inspect-ckpt", str(path))
 
 
-def test_truncated_checkpoint_is_refused_with_its_name(fitted, tmp_path):
+def test_truncated_checkpoint_is_refused_with_its_name(fitted, tmp_path, capsys):
     data = (fitted.checkpoints / "last.ckpt").read_bytes()
     truncated = tmp_path / "truncated.ckpt"
     truncated.write_bytes(data[: len(data) // 2])
-    with pytest.raises(SystemExit, match=r"truncated\.ckpt"):
-        main(["inspect-ckpt", str(truncated)])
+    assert "truncated.ckpt" in refusal_of_main(capsys, "inspect-ckpt", str(truncated))

@@ -36,7 +36,7 @@ from copier_lightning_core.checkpoints.trusted_classes import (
 )
 from copier_lightning_core.cli import ProjectCLI, main
 from copier_lightning_core.platform.refusal import Refusal
-from harness import FAST, PROJECT
+from harness import FAST, PROJECT, refusal_of_main
 
 TESTS = Path(__file__).parent
 TYPED = [
@@ -157,10 +157,10 @@ def planted(checkpoint: dict[str, Any], place: tuple[str, ...], value: Any) -> d
     return changed
 
 
-def refusal(stop: pytest.ExceptionInfo[SystemExit]) -> str:
-    """The one-paragraph message a refusal exits with."""
-    message = stop.value.code
-    assert isinstance(message, str) and message.startswith("error: "), message
+def refusal(stop: pytest.ExceptionInfo[Refusal] | str) -> str:
+    """The one-paragraph message of a refusal (or of the command line it ended)."""
+    message = stop if isinstance(stop, str) else str(stop.value)
+    assert message.startswith("error: "), message
     assert "\n" not in message.strip()
     return message
 
@@ -192,7 +192,7 @@ def test_no_value_of_any_hyperparameter_makes_a_rebuild_import_code(trained, att
             try:
                 taken, _ = taken_hyperparameters(hparams, place[0], Path("x.ckpt"), trust)
             except Refusal as refused:
-                assert f"{place[0]}.{place[1]}" in str(refused.code), (place, kind)
+                assert f"{place[0]}.{place[1]}" in str(refused), (place, kind)
                 outcomes[(place, kind)] = "refused"
             else:
                 built = instantiate_module(bases[place[0]], taken)
@@ -217,7 +217,7 @@ def test_every_command_refuses_the_payloads_before_importing_them(
         key, shape = keys[index % len(keys)]
         path = tmp_path / "attacked.ckpt"
         torch.save(planted(checkpoint, ("hyper_parameters", key), SHAPES[shape](payload)), path)
-        with pytest.raises(SystemExit) as stop:
+        with pytest.raises(Refusal) as stop:
             evaluate(command, path, tmp_path / "root")
         assert f"model.{key}" in refusal(stop)
         assert not attack.ran(), (payload, key)
@@ -234,7 +234,7 @@ def test_a_datamodule_the_command_line_does_not_name_is_not_rebuilt_from_a_check
     torch.save(planted(checkpoint, place, attack.payloads["inline YAML"]), path)
     flags = [arg for arg in EVALUATE if not arg.startswith("--data")]
     args = ["validate", *flags, f"--trainer.default_root_dir={tmp_path}", f"--ckpt_path={path}"]
-    with pytest.raises(SystemExit) as stop:
+    with pytest.raises(Refusal) as stop:
         ProjectCLI(args=args)
     assert "data._class_path = 'toy.ToyTypedData'" in refusal(stop)
     assert not attack.ran()
@@ -252,36 +252,36 @@ def test_fit_resumes_from_a_run_folder_dropped_into_the_runs_without_importing_i
     torch.save(planted(checkpoint, ("hyper_parameters", "net"), attack.payloads["JSON"]),
                dropped / "last.ckpt")  # fmt: skip
     args = ["validate", *EVALUATE, f"--runs_dir={runs}", "--ckpt_path=last"]
-    with pytest.raises(SystemExit) as stop:
+    with pytest.raises(Refusal) as stop:
         ProjectCLI(args=args)
     assert "model.net = " in refusal(stop)
     assert not attack.ran()
 
 
 @pytest.mark.parametrize("kind", ["inline YAML", "a YAML file", "an installed module"])
-def test_export_refuses_the_payloads_before_importing_them(kind, trained, attack, tmp_path):
+def test_export_refuses_the_payloads_before_importing_them(kind, trained, attack, tmp_path, capsys):
     checkpoint = torch.load(trained, weights_only=True)
     for place in [("hyper_parameters", "optimizer"), ("datamodule_hyper_parameters", "source")]:
         value = SHAPES["in a dict"](attack.payloads[kind]) if place[1] == "source" else None
         value = attack.payloads[kind] if value is None else value
         path = tmp_path / "attacked.ckpt"
         torch.save(planted(checkpoint, place, value), path)
-        with pytest.raises(SystemExit) as stop:
-            main(["export", str(path), "--output", str(tmp_path / "out"), *TRUST_TOYS])
-        message = refusal(stop)
+        out = str(tmp_path / "out")
+        message = refusal(
+            refusal_of_main(capsys, "export", str(path), "--output", out, *TRUST_TOYS)
+        )
         assert "`--trust CLASS`" in message
         assert not attack.ran(), (kind, place)
     assert not list((tmp_path / "out").glob("*")) if (tmp_path / "out").exists() else True
 
 
-def test_export_builds_a_class_the_user_trusts_by_name(trained, attack, tmp_path):
+def test_export_builds_a_class_the_user_trusts_by_name(trained, attack, tmp_path, capsys):
     """`--trust CLASS` keeps its meaning for a file the user knowingly trusts."""
     checkpoint = torch.load(trained, weights_only=True)
     net = {"class_path": f"{attack.module}.Net", "init_args": dict(in_features=8, out_features=1)}
     path = tmp_path / "trusted.ckpt"
     torch.save(planted(checkpoint, ("hyper_parameters", "net"), net), path)
-    with pytest.raises(SystemExit):
-        main(["export", str(path), "--output", str(tmp_path / "out"), *TRUST_TOYS])
+    refusal_of_main(capsys, "export", str(path), "--output", str(tmp_path / "out"), *TRUST_TOYS)
     assert not attack.ran()
     trust = ["--trust", f"{attack.module}.Net"]
     main(["export", str(path), "--output", str(tmp_path / "out"), *TRUST_TOYS, *trust])
@@ -313,7 +313,7 @@ def test_a_refused_value_given_on_the_command_line_lets_evaluation_go_on(trained
     attacked = planted(checkpoint, ("hyper_parameters", "tag"), {"class_path": "this.Zen"})
     path = tmp_path / "attacked.ckpt"
     torch.save(attacked, path)
-    with pytest.raises(SystemExit) as stop:
+    with pytest.raises(Refusal) as stop:
         evaluate("validate", path, tmp_path / "root")
     assert "model.tag = " in refusal(stop)
     cli = evaluate("validate", path, tmp_path / "root", "--model.tag=mine")
@@ -355,15 +355,14 @@ def test_taken_values_follow_the_declared_type_not_what_the_string_looks_like(tm
         taken_hyperparameters({**data, "num_workers": "evil.yaml"}, "data", tmp_path, trust)
 
 
-def test_an_instantiator_lightning_refuses_is_one_paragraph_too(trained, tmp_path):
+def test_an_instantiator_lightning_refuses_is_one_paragraph_too(trained, tmp_path, capsys):
     """Lightning's own allowlist stopped it with a traceback (ValueError) after the import
     checks passed: torch is trusted, but no instantiator but LightningCLI's is."""
     checkpoint = torch.load(trained, weights_only=True)
     checkpoint["hyper_parameters"]["_instantiator"] = "torch.nn.Module"
     path = tmp_path / "instantiator.ckpt"
     torch.save(checkpoint, path)
-    with pytest.raises(SystemExit) as stop:
-        main(["export", str(path), "--output", str(tmp_path), *TRUST_TOYS])
+    stop = refusal_of_main(capsys, "export", str(path), "--output", str(tmp_path), *TRUST_TOYS)
     assert "another instantiator than LightningCLI's" in refusal(stop)
 
 
@@ -374,7 +373,7 @@ def test_hyperparameters_that_repeat_a_shared_value_are_refused_without_walking_
     for _ in range(5):
         shared = [shared] * 12
     checkpoint["hyper_parameters"]["widths"] = shared
-    with pytest.raises(SystemExit) as stop:
+    with pytest.raises(Refusal) as stop:
         check_sections(checkpoint, trained, ["hyper_parameters"])
     assert f"expand to more than {MAX_VALUES:,} values" in refusal(stop)
 
@@ -402,7 +401,7 @@ def test_the_config_names_what_evaluation_rebuilds(trained, tmp_path):
     until the command line names that class, instead of silently building it."""
     flags = [arg for arg in EVALUATE if not arg.startswith(("--model", "--data"))]
     args = ["validate", *flags, f"--trainer.default_root_dir={tmp_path}", f"--ckpt_path={trained}"]
-    with pytest.raises(SystemExit, match=r"toy\.ToyTypedRegressor"):
+    with pytest.raises(Refusal, match=r"toy\.ToyTypedRegressor"):
         ProjectCLI(args=args)
     cli = ProjectCLI(args=[*args, "--model=toy.ToyTypedRegressor", "--data=toy.ToyTypedData"])
     assert type(cli.model).__name__ == "ToyTypedRegressor"
@@ -434,7 +433,7 @@ def test_the_recorded_config_is_taken_by_the_same_rule(trained, attack, tmp_path
     checkpoint["provenance"]["config"] = yaml.safe_dump(config)
     path = tmp_path / "recorded.ckpt"
     torch.save(checkpoint, path)
-    with pytest.raises(SystemExit) as stop:
+    with pytest.raises(Refusal) as stop:
         evaluate("validate", path, tmp_path / "root")
     assert "model.net = 'evil.yaml'" in refusal(stop)
     assert not attack.ran()
@@ -450,10 +449,10 @@ def test_a_resume_takes_the_checkpoints_value_given_again_on_the_command_line(tr
     torch.save(planted(checkpoint, ("hyper_parameters", "extra"), "kept"), resumed)
     flags = [arg for arg in TYPED if not arg.startswith("--model.extra")]
     args = ["fit", *flags, f"--trainer.default_root_dir={root}", "--ckpt_path=last"]
-    with pytest.raises(SystemExit) as stop:
+    with pytest.raises(Refusal) as stop:
         ProjectCLI(args=[*args, "--trainer.max_epochs=2", "--trainer.max_steps=3"])
     assert "model.extra = 'kept'" in refusal(stop)
-    with pytest.raises(SystemExit) as stop:
+    with pytest.raises(Refusal) as stop:
         ProjectCLI(
             args=[*args, "--trainer.max_epochs=2", "--trainer.max_steps=3", "--model.extra=other"]
         )

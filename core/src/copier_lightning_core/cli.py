@@ -13,7 +13,7 @@ import torch
 
 from .checkpoints.consolidate import consolidate_checkpoint
 from .platform.project import program, serve
-from .platform.refusal import Refusal
+from .platform.refusal import Refusal, refusals_exit
 from .platform.signals import interrupt_exit_codes
 from .run.lightning_cli import TRAINER_COMMANDS, ProjectCLI
 from .tools.compare import compare
@@ -65,25 +65,27 @@ def main(argv: Sequence[str] | None = None, project: str | None = None) -> int:
     """Dispatch to a project tool by name, else to LightningCLI.
 
     `project` is the package whose `__main__.py` calls this (`project=__package__`): the
-    one whose configs, classes and version the commands use (platform/project.py).
+    one whose configs, classes and version the commands use (platform/project.py). A
+    Refusal from any command ends it here: its paragraph on stderr, exit status 1.
     """
-    if project is not None:
-        serve(project)
-    words = list(sys.argv[1:] if argv is None else argv)
-    if not words or words[0] in ("-h", "--help"):
-        print(usage())
-        return 0 if words else 2
-    if words[0] in TOOLS:
-        return _run_tool(TOOLS[words[0]], words[1:])
-    if not words[0].startswith("-") and words[0] not in TRAINER_COMMANDS:
-        commands = ", ".join([*TRAINER_COMMANDS, *TOOLS])
-        raise Refusal(f"unknown command {words[0]!r}. Commands: {commands}.")
-    # From the shell, LightningCLI reads sys.argv itself: passing it as `args=` too makes
-    # Lightning warn on every command that both were given.
-    with interrupt_exit_codes():  # 143 after SIGTERM, 130 after Ctrl-C (signals.py)
-        ProjectCLI(args=None if argv is None else words)
-    _close_process_group()
-    return 0
+    with refusals_exit():
+        if project is not None:
+            serve(project)
+        words = list(sys.argv[1:] if argv is None else argv)
+        if not words or words[0] in ("-h", "--help"):
+            print(usage())
+            return 0 if words else 2
+        if words[0] in TOOLS:
+            return _run_tool(TOOLS[words[0]], words[1:])
+        if not words[0].startswith("-") and words[0] not in TRAINER_COMMANDS:
+            commands = ", ".join([*TRAINER_COMMANDS, *TOOLS])
+            raise Refusal(f"unknown command {words[0]!r}. Commands: {commands}.")
+        # From the shell, LightningCLI reads sys.argv itself: passing it as `args=` too makes
+        # Lightning warn on every command that both were given.
+        with interrupt_exit_codes():  # 143 after SIGTERM, 130 after Ctrl-C (signals.py)
+            ProjectCLI(args=None if argv is None else words)
+        _close_process_group()
+        return 0
 
 
 def _run_tool(tool: Callable[[Sequence[str]], int], args: Sequence[str]) -> int:

@@ -354,6 +354,8 @@ def _trusted_object(class_path: str) -> Any:
                 return None
             if not _is_trusted_module(_home(node)):
                 return None
+    except Refusal:  # trusted code refusing on import: its paragraph is the answer
+        raise
     except Exception:  # raised by trusted code: the name names nothing to build
         return None
     return node

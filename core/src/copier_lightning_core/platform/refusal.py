@@ -1,23 +1,68 @@
-"""The one error a command refuses bad input with: one paragraph, exit status 1.
+"""The one error for what the user got wrong: what is wrong and how to fix it, one paragraph.
 
 Raised where the problem is found (`raise Refusal("--data.batch_size 0: ...")`), by the
 library and by your own code alike (a DataModule refusing a path that does not exist).
-It is a `SystemExit` whose code is the paragraph, so the process ends the way every
-command line error here ends, jsonargparse's own included: Python prints the paragraph to
-stderr and exits with status 1, no traceback; and Lightning, which lets a SystemExit pass
-through its loops, still tears the run down. In a test, or a caller running a command in
-its own process, it is caught as `SystemExit` (or `Refusal`) with the paragraph as `code`.
+It is an ordinary exception: a notebook or a script calling a library function (loading
+a corrupt checkpoint) catches it like any other and goes on. Only an entry point turns
+it into the end of a process (`refusals_exit`): `cli.main`, which every project's
+`python -m <package>` and its DDP children go through, prints the paragraph to stderr
+and exits with status 1, no traceback. Lightning, which treats any exception in its
+loops alike, calls the `on_exception` hooks, finalizes the loggers as "failed" and
+tears the run down before it reaches the entry point.
 """
 
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-class Refusal(SystemExit):
-    """What is wrong and how to fix it, in one paragraph; `code` is that paragraph as printed.
+ERROR = "error: "  # what every printed paragraph starts with; callers reading stderr look for it
 
-    `message` is the paragraph as given; `code` adds the "error: " every refusal starts
-    with, which callers reading a command's stderr look for. Several problems found at
-    once (settings this machine cannot run) are several paragraphs, each its own "error: ".
+
+class Refusal(Exception):
+    """What is wrong and how to fix it, in one paragraph; str() is that paragraph as printed.
+
+    `message` is the paragraph as given; str() adds the "error: " every refusal starts
+    with. Several problems found at once (settings this machine cannot run) are several
+    paragraphs, each its own "error: ".
     """
 
     def __init__(self, message: str, *more: str) -> None:
-        super().__init__("\n\n".join(f"error: {paragraph}" for paragraph in (message, *more)))
-        self.message = "\n\n".join((message, *more))
+        paragraphs = (message, *more)
+        if not more:
+            paragraphs = _raised_in_a_worker(type(self), message) or paragraphs
+        super().__init__(*paragraphs)  # args: pickled and rebuilt as given
+        self.message = "\n\n".join(paragraphs)
+
+    def __str__(self) -> str:
+        return "\n\n".join(f"{ERROR}{paragraph}" for paragraph in self.args)
+
+
+def _raised_in_a_worker(kind: type[Refusal], text: str) -> tuple[str, ...]:
+    """The paragraphs of a refusal raised in a DataLoader worker, from torch's text.
+
+    torch sends a worker's exception to the main process as its type and its formatted
+    traceback, and raises `kind("Caught <kind> in DataLoader worker process N.\\nOriginal
+    Traceback ...")` there. The traceback ends with the refusal as the worker printed it,
+    after its qualified class name: those paragraphs are the refusal, without the frames.
+    """
+    # Named as Python's traceback names a class: without the module for __main__'s.
+    module = "" if kind.__module__ in ("__main__", "builtins") else f"{kind.__module__}."
+    marker = f"{module}{kind.__qualname__}: {ERROR}"
+    if not text.startswith(f"Caught {kind.__name__} in DataLoader worker") or marker not in text:
+        return ()
+    printed = ERROR + text.rpartition(marker)[2].rstrip("\n")
+    return tuple(paragraph.removeprefix(ERROR) for paragraph in printed.split(f"\n\n{ERROR}"))
+
+
+@contextmanager
+def refusals_exit() -> Iterator[None]:
+    """At an entry point: a Refusal ends the process with its paragraph and status 1.
+
+    The SystemExit carries the refusal as its `__cause__`, for a caller that runs the
+    entry point in its own process (a test); Python prints no traceback for a SystemExit.
+    """
+    try:
+        yield
+    except Refusal as refusal:
+        print(refusal, file=sys.stderr, flush=True)
+        raise SystemExit(1) from refusal

@@ -32,6 +32,8 @@ from typing import Any
 
 from lightning.fabric.utilities.seed import pl_worker_init_function
 
+from .refusal import Refusal
+
 # Signals a worker leaves to the main process: the interrupts, and SLURM's requeue signals
 # (SLURM signals every process of a job step; Lightning's requeue handler runs in the main one).
 WORKER_IGNORES = tuple(
@@ -145,7 +147,10 @@ def interrupt_exit_codes() -> Iterator[None]:
     try:
         yield
     except BaseException as stop:
-        if interrupts.received is None or not isinstance(stop, SystemExit | KeyboardInterrupt):
+        # After an interrupt, what the stop raised on its way out (Lightning's exit, a
+        # refusal found while the run wound down) yields to the interrupt's exit code.
+        stopping = SystemExit | KeyboardInterrupt | Refusal
+        if interrupts.received is None or not isinstance(stop, stopping):
             raise
     finally:
         for signum, handler in previous.items():

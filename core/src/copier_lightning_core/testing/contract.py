@@ -37,13 +37,13 @@ import yaml
 from lightning.pytorch import LightningModule
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
-from copier_lightning_core import ProjectCLI
-from copier_lightning_core.cli import main
+from copier_lightning_core import ProjectCLI, Refusal
 from copier_lightning_core.platform.paths import default_config, project_path
 from copier_lightning_core.platform.project import project_package, project_root
 from copier_lightning_core.run.resolve import resolve_config
 from copier_lightning_core.testing.public_api import owner_files, private_imports
 from copier_lightning_core.tools.determinism import compare_checkpoints
+from copier_lightning_core.tools.export import export
 
 Fitted = tuple[ProjectCLI, Path]  # one uninterrupted fit, and its checkpoints folder
 EPOCHS, BATCHES = 2, 4  # training batches per epoch
@@ -235,10 +235,10 @@ def test_export_matches_the_model_on_a_sample_input(fitted: Fitted, tmp_path: Pa
     _, checkpoints = fitted
     pytest.importorskip("onnxruntime", reason='the export extra: pip install -e ".[export]"')
     try:
-        status = main(["export", str(checkpoints / "last.ckpt"), "--output", str(tmp_path)])
-    except SystemExit as refusal:
-        if "needs a sample input" in str(refusal.code):
-            pytest.skip(str(refusal.code))
+        status = export([str(checkpoints / "last.ckpt"), "--output", str(tmp_path)])
+    except Refusal as refusal:
+        if "needs a sample input" in refusal.message:
+            pytest.skip(str(refusal))
         raise
     assert status == 0, "an exported copy differs from the eager model beyond --tolerance"
     assert {path.suffix for path in tmp_path.iterdir()} >= {".onnx", ".safetensors"}

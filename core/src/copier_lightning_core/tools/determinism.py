@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from ..platform.refusal import refusals_exit
+
 COMPARED = ("state_dict", "optimizer_states", "lr_schedulers")
 
 
@@ -108,4 +110,5 @@ def _child(steps: int, root: Path, fit_args: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
-    _child(int(sys.argv[1]), Path(sys.argv[2]), sys.argv[3:])
+    with refusals_exit():  # the run's refusal as the command line ends one
+        _child(int(sys.argv[1]), Path(sys.argv[2]), sys.argv[3:])

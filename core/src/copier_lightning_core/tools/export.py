@@ -460,7 +460,7 @@ def export(argv: Sequence[str]) -> int:
         # The exporter fails in many ways (torch.export's guards on data-dependent shapes,
         # operators ONNX lacks, onnxruntime's own errors): each ends as the paragraph below,
         # after the weights, which are complete.
-        except (Refusal, Exception) as error:
+        except Exception as error:  # our Refusals too: the export extra missing, inputs dropped
             onnx_path.unlink(missing_ok=True)  # no unverified (or earlier run's) file left
             onnx_failure = onnx_paragraph(onnx_path, error)
     for line in report(results, inputs, args.rtol):
@@ -478,7 +478,7 @@ def export(argv: Sequence[str]) -> int:
     return 1 if onnx_failure or not all(p.ok for p in results.values()) else 0
 
 
-def onnx_paragraph(path: Path, error: BaseException) -> str:
+def onnx_paragraph(path: Path, error: Exception) -> str:
     """Why the ONNX file could not be made, in one paragraph (an exporter's message can run
     to pages: its first line)."""
     if isinstance(error, Refusal):

@@ -2,7 +2,9 @@
 
 import sys
 
+from ...platform.refusal import refusals_exit
 from .command import main
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    with refusals_exit():  # a refusal (`--static --bad`): its paragraph and status 1
+        sys.exit(main(sys.argv[1:]))

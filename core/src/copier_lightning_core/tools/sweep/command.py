@@ -154,17 +154,18 @@ def check_fit_options(options: list[str], spec: SweepSpec) -> dict[str, Any]:
 
 
 def _parse(options: list[str]) -> tuple[dict[str, Any] | None, str]:
-    """(the resolved config, "") or (None, the parser's error output), as doctor parses."""
+    """(the resolved config, "") or (None, why not), as doctor parses: the library's
+    refusal, or the error jsonargparse printed before it exited."""
     from ...run.resolve import resolve_config
 
     err = io.StringIO()
-    with redirect_stderr(err):
-        try:
+    try:
+        with redirect_stderr(err):
             return resolve_config(options), ""
-        except SystemExit as exit:
-            if isinstance(exit.code, str):  # the CLI's own one-paragraph errors
-                err.write(exit.code)
-    return None, err.getvalue()
+    except Refusal as refusal:
+        return None, str(refusal)
+    except SystemExit:
+        return None, err.getvalue()
 
 
 def _fit_error(stderr: str) -> str:
