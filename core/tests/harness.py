@@ -11,9 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jsonargparse import Namespace
-
 import pytest
+from jsonargparse import Namespace
 
 from copier_lightning_core.cli import ProjectCLI, main
 from copier_lightning_core.platform.project import SETTINGS_TABLE, project_package, project_root
