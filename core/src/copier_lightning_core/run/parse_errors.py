@@ -12,8 +12,9 @@ option as typed on the command line:
     lists what each of its arguments takes.
 
 A message of another shape (an unknown option, a missing file) is returned unchanged.
-The messages read are jsonargparse 4.x's: pyproject.toml bounds it below 5, and the tests
-of these paragraphs (the library's tests/test_bad_input.py) run on the newest 4.x release.
+The messages read are jsonargparse 4.x's from 4.43: pyproject.toml bounds it to
+`>=4.43,<5`, and the tests of these paragraphs (the library's tests/test_bad_input.py) pass
+on both ends, 4.43 (with the other lowest versions the library allows) and the newest 4.x.
 """
 
 import re
