@@ -57,8 +57,10 @@ transformers models are built from their config classes.
 - **3-D UNet (MONAI)**: `UNet(spatial_dims=3, channels=(4, 8, 16), strides=(2, 2),
   num_res_units=1)` segmenting a box in 16^3 volumes.
 
-The user files are in the template repository's `tests/conformance/`, the cells in
-`tests/test_conformance.py`; each cell runs a rendered project's command line, that is the
+The user files are in the template repository's `tests/conformance/`, the cells in the
+library's `copier_lightning_core/testing/conformance.py`, which `tests/test_conformance.py`
+runs on them (a project runs the same cells on its own model: `pytest -m conformance`);
+each cell runs a rendered project's command line, that is the
 library `copier-lightning-core` as the checkout's `core/` holds it. Each cell must work, or be refused before any work in one
 paragraph naming the cause and the fix (and then only where the suite records that
 reason). Each run is 2 epochs of 6 batches of 8, a checkpoint every 3 global steps, on CPU.

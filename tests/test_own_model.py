@@ -11,10 +11,12 @@ import csv
 import shutil
 import subprocess
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 import torch
 import yaml
+from copier_lightning_core.testing.conformance import CELLS
 
 from conftest import (
     LIBRARY_TESTS,
@@ -42,6 +44,9 @@ OWN_CONFIG = (
     "test_progress.py",
     "test_public_api.py",
 )
+# Conformance cells run on the user's model: the cheapest, one of each kind (in-process fit,
+# a kill in its own process group and a resume, 2 processes).
+CHEAP_CELLS = ("fit", "kill9-mid-epoch-w0", "ddp")
 # The user's own sweep spec, in place of the example's (the project's tests parse it);
 # written as a user writes one, without the shipped specs' comments.
 SWEEP_SPEC = """\
@@ -97,13 +102,15 @@ def ok(result: subprocess.CompletedProcess) -> str:
 
 @pytest.mark.slow
 def test_the_projects_own_tests_pass_unchanged_after_the_example_is_replaced(project):
-    """Plain `pytest`: the user's tests and the contract, run on their model; none skipped.
+    """Plain `pytest`: the user's tests and the contract, run on their model; none skipped
+    but the conformance matrix's cells, each naming the command that runs it.
 
     Its loaders are plain DataLoaders: the contract's kill tests run on them too.
     """
     output = assert_project_tests_pass(project, "-rs")
     skipped = [line for line in output.splitlines() if line.startswith("SKIPPED")]
-    assert not skipped, output[-3000:]
+    matrix = [line for line in skipped if "`pytest -m conformance` runs it" in line]
+    assert skipped == matrix and len(matrix) == len(CELLS), output[-3000:]
     # The library's tests that read the project's own configs and files: the toy-based
     # rest names its model and data, and overrides the values this user changed (max_epochs,
     # the checkpoint monitor: harness.FAST, FLAVOURS), so it runs as on the default render
@@ -161,3 +168,21 @@ def test_a_monitor_the_module_does_not_log_stops_before_training_with_the_flag(p
     assert "Traceback" not in message
     assert not list((tmp_path / "checkpoints").glob("*.ckpt"))
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_the_conformance_matrix_runs_on_the_users_own_model_when_asked(project, tmp_path):
+    """`pytest -m conformance -k ...` in the project: the cells run on the user's model and
+    pass (the cheapest three: a fit, a kill -9 resumed bit-identical, DDP on 2 processes)."""
+    report = tmp_path / "cells.xml"
+    assert_project_tests_pass(
+        project, "-m", "conformance", "-k", " or ".join(CHEAP_CELLS), f"--junitxml={report}"
+    )
+    cases = ElementTree.parse(report).getroot().iter("testcase")
+    outcomes = {case.get("name"): [child.tag for child in case] for case in cases}
+    passed = {
+        name: tags
+        for name, tags in outcomes.items()
+        if not {"failure", "error", "skipped"} & set(tags)
+    }
+    assert set(passed) == {f"test_conformance[{cell}]" for cell in CHEAP_CELLS}, outcomes

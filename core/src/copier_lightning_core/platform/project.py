@@ -15,6 +15,7 @@ import functools
 import importlib.util
 import sys
 from pathlib import Path
+from typing import Any
 
 from .refusal import Refusal
 
@@ -44,17 +45,24 @@ def _from_main_module() -> str | None:
     return name.split(".")[0] if name.endswith(".__main__") and runs_this_cli else None
 
 
-def _from_pyproject(start: Path) -> str | None:
+def project_settings(start: Path) -> dict[str, Any]:
+    """The `[tool.copier-lightning-core]` table of the nearest `pyproject.toml` in `start`
+    or a folder above it; empty when there is none or it does not parse."""
     for folder in (start, *start.parents):
         pyproject = folder / "pyproject.toml"
         if pyproject.is_file():
             try:
                 settings = tomllib.loads(pyproject.read_text(encoding="utf-8"))
             except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
-                return None
-            package = settings.get("tool", {}).get(SETTINGS_TABLE, {}).get("package")
-            return package if isinstance(package, str) else None
-    return None
+                return {}
+            table = settings.get("tool", {}).get(SETTINGS_TABLE, {})
+            return table if isinstance(table, dict) else {}
+    return {}
+
+
+def _from_pyproject(start: Path) -> str | None:
+    package = project_settings(start).get("package")
+    return package if isinstance(package, str) else None
 
 
 @functools.cache

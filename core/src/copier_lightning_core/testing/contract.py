@@ -20,27 +20,32 @@ Every run is the configured one (model, data, optimizer, seed, callbacks) cut sh
 Trainer flags: 2 epochs of at most 4 batches, 2 validation batches, a last.ckpt every 2
 steps, on one CPU process, without loggers. The library's own deep tests (every preset,
 signal and tool on toy models) are the library's own test suite.
+
+`pytest -m conformance` runs the conformance matrix (conformance.py) on the same model and
+data instead: one test per cell (`test_conformance[ddp]`), every preset and tool as the
+template's own suite runs them on real architectures; plain `pytest` skips them. A cell
+this model cannot run is refused in one paragraph; `[tool.copier-lightning-core]
+conformance-refusals = {fsdp2 = "words of that paragraph"}` in pyproject.toml accepts that
+refusal (the test is then reported as xfailed, with the paragraph); any other refusal fails.
 """
 
-import json
 import os
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-import yaml
 from lightning.pytorch import LightningModule
 from lightning.pytorch.utilities.model_helpers import is_overridden
 
 from copier_lightning_core import ProjectCLI, Refusal
 from copier_lightning_core.platform.paths import default_config, project_path
-from copier_lightning_core.platform.project import project_package, project_root
+from copier_lightning_core.platform.project import project_package, project_root, project_settings
 from copier_lightning_core.run.resolve import resolve_config
+from copier_lightning_core.testing.conformance import CELLS, conformance_requested, run_cell
+from copier_lightning_core.testing.interrupts import signal_at
+from copier_lightning_core.testing.matrix import Arch, Matrix, step_checkpoint_config
 from copier_lightning_core.testing.public_api import owner_files, private_imports
 from copier_lightning_core.tools.determinism import compare_checkpoints
 from copier_lightning_core.tools.export import export
@@ -65,13 +70,7 @@ CUT_SHORT = [
 
 def every_2_steps_config(folder: Path) -> Path:
     """The configured callbacks, with last.ckpt written every SAVE_EVERY steps, in `folder`."""
-    callbacks = yaml.safe_load(default_config().read_text())["trainer"]["callbacks"]
-    for callback in callbacks:
-        if "every_n_train_steps" in (callback.get("init_args") or {}):
-            callback["init_args"]["every_n_train_steps"] = SAVE_EVERY
-    path = folder / "every_2_steps.yaml"
-    path.write_text(yaml.safe_dump({"trainer": {"callbacks": callbacks}}))
-    return path
+    return step_checkpoint_config(default_config(), SAVE_EVERY, folder)
 
 
 @pytest.fixture(scope="module")
@@ -175,32 +174,11 @@ def test_a_killed_run_resumes_bit_identical(
     step, saved_step = batches * int(per_batch), last_save(batches, int(per_batch))
     args = fit_args(tmp_path / "run", every_2_steps)
     marker = tmp_path / "paused"
-    pauser = {
-        "class_path": "copier_lightning_core.testing.interrupts.PauseAt",
-        "init_args": {"point": point, "step": step, "marker": str(marker)},
-    }
+    pause = {"point": point, "step": step, "marker": str(marker)}
     # A fresh process inherits no seed from this one (seed_everything reads PL_GLOBAL_SEED).
     env = {key: value for key, value in os.environ.items() if not key.startswith("PL_")}
     command = [sys.executable, "-m", project_package(), *args]
-    process = subprocess.Popen(
-        [*command, f"--trainer.callbacks+={json.dumps(pauser)}"],
-        cwd=project_root(),
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,  # its own process group, as a scheduler's job has
-    )
-    try:
-        while not marker.exists() and process.poll() is None:
-            time.sleep(0.05)
-        if marker.exists():
-            os.killpg(process.pid, signal.SIGKILL)
-        output, _ = process.communicate(timeout=300)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+    _, output = signal_at(command, project_root(), env, pause, "SIGKILL")
     assert marker.exists(), f"the run ended before step {step}:\n{output[-3000:]}"
     resumed = tmp_path / "run" / "checkpoints"
     assert load(resumed / "last.ckpt")["global_step"] == saved_step
@@ -282,3 +260,45 @@ def test_your_files_import_only_the_librarys_public_names() -> None:
         "(LoaderOptions, ProjectCLI, Refusal, logs_this_step, project_path), or copy what "
         "you need into your own code:\n" + "\n".join(problems)
     )
+
+
+# The conformance matrix on the configured model and data: `pytest -m conformance`.
+CONFORMANCE = "pytest -m conformance"
+REFUSALS = "conformance-refusals"  # [tool.copier-lightning-core]: cell -> words of a refusal
+OWN = "own"  # the architecture: configs/default.yaml alone
+
+
+def accepted_refusals() -> dict[str, str]:
+    """The refusals pyproject.toml's `conformance-refusals` accepts: cell -> words of one."""
+    table = project_settings(project_root()).get(REFUSALS, {})
+    if not isinstance(table, dict) or not all(isinstance(v, str) for v in table.values()):
+        pytest.fail(
+            f"[tool.copier-lightning-core] {REFUSALS} in pyproject.toml is not a table of "
+            f'strings: write it as {REFUSALS} = {{fsdp2 = "words of the refusal"}}.',
+            pytrace=False,
+        )
+    unknown = sorted(table.keys() - CELLS.keys())
+    if unknown:
+        pytest.fail(
+            f"[tool.copier-lightning-core] {REFUSALS} names {unknown}, which are no cells of "
+            f"the conformance matrix; the cells are: {', '.join(CELLS)}.",
+            pytrace=False,
+        )
+    return dict(table)
+
+
+@pytest.fixture(scope="module")
+def own_matrix(tmp_path_factory: pytest.TempPathFactory) -> Matrix:
+    return Matrix(project_root(), tmp_path_factory.mktemp("conformance"), {OWN: Arch()})
+
+
+@pytest.mark.conformance
+@pytest.mark.parametrize("cell", list(CELLS))
+def test_conformance(cell: str, request: pytest.FixtureRequest) -> None:
+    """One cell of the conformance matrix (conformance.CELLS says what it proves)."""
+    if not conformance_requested(request.config):
+        pytest.skip(f"the conformance matrix: `{CONFORMANCE}` runs it (`-k {cell}`: this cell)")
+    expected = accepted_refusals().get(cell)
+    record = run_cell(request.getfixturevalue("own_matrix"), OWN, cell, expected)
+    if record["outcome"] == "refused":
+        pytest.xfail(f"refused, as {REFUSALS} accepts: {record['detail']}")

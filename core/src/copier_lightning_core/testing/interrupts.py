@@ -6,12 +6,16 @@ the test to send a signal from outside, to the process or to its whole process g
 a scheduler or Ctrl-C does: DataLoader workers get it too). Both make the point exact (a
 step, a hook, the middle of a checkpoint write) where a kill timed from outside would land
 wherever the timing put it. SIGKILL is what a crash, the OOM killer or `kill -9` does: no
-handler runs, nothing is flushed.
+handler runs, nothing is flushed. `signal_at` runs a command with a `PauseAt` and sends
+the signal when it pauses.
 """
 
+import json
 import os
 import signal
+import subprocess
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -141,3 +145,35 @@ class PauseAt(KillAt):
             fsync(fd)
 
         os.fsync = fsync_after_signal
+
+
+def signal_at(
+    command: list[str], cwd: Path, env: Mapping[str, str], pause: dict[str, Any], sig: str
+) -> tuple[int, str]:
+    """Run a fit `command` in its own process group with a `PauseAt(**pause)` added to its
+    callbacks; when it pauses, send `sig` to the whole group. Its exit status and output.
+
+    The pause's marker file exists afterwards only when the run reached the point.
+    """
+    pauser = {"class_path": f"{__name__}.PauseAt", "init_args": pause}
+    marker = Path(pause["marker"])
+    process = subprocess.Popen(
+        [*command, f"--trainer.callbacks+={json.dumps(pauser)}"],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group, as a scheduler's job has
+    )
+    try:
+        while not marker.exists() and process.poll() is None:
+            time.sleep(0.05)
+        if marker.exists():
+            os.killpg(process.pid, getattr(signal, sig))
+        output, _ = process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    return process.returncode, output
