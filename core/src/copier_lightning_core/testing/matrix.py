@@ -219,7 +219,7 @@ class Matrix:
             # main ends a refused command with status 1, the Refusal as the exit's cause.
             if isinstance(stop.__cause__, Refusal):
                 raise Refused(str(stop.__cause__)) from None
-            status = stop.code or 0
+            status = 0 if stop.code is None else int(stop.code)
         if status != 0:
             raise CellFailed(f"{args[0]} exited {status}")
 
