@@ -219,7 +219,9 @@ class Matrix:
             # main ends a refused command with status 1, the Refusal as the exit's cause.
             if isinstance(stop.__cause__, Refusal):
                 raise Refused(str(stop.__cause__)) from None
-            status = 0 if stop.code is None else int(stop.code)
+            if isinstance(stop.code, str):  # sys.exit("error: ...") of a tool
+                raise Refused(stop.code) from None
+            status = stop.code or 0
         if status != 0:
             raise CellFailed(f"{args[0]} exited {status}")
 
