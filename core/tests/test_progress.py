@@ -9,9 +9,11 @@ from collections import Counter
 import pytest
 import yaml
 from lightning.pytorch import Trainer
-from lightning.pytorch.callbacks import TQDMProgressBar
+from lightning.pytorch.callbacks import Callback, TQDMProgressBar
 from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
 
+import toy
+from copier_lightning_core import Refusal
 from copier_lightning_core.callbacks.progress import ThrottledProgressBar
 from copier_lightning_core.cli import ProjectCLI
 from copier_lightning_core.platform.paths import default_config
@@ -73,6 +75,29 @@ def test_a_draw_writes_the_line_once_with_the_count_and_the_metrics(monkeypatch)
     monkeypatch.setattr(ThrottledProgressBar, "total_train_batches", 10)
     bar.on_train_batch_end(None, None, None, None, 3)
     assert writes == [(4, "loss=1.0")]  # Lightning's bar: (4, None), then (4, "loss=1.0")
+
+
+def test_a_run_stopped_by_an_exception_closes_its_bar_at_once(tmp_path):
+    """Not at the process's exit, after the command's last line."""
+
+    class RefuseAtTheSecondBatch(Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+            if batch_idx == 1:
+                raise Refusal("stopped by a test")
+
+    bar = ThrottledProgressBar()
+    trainer = Trainer(
+        accelerator="cpu",
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+        callbacks=[bar, RefuseAtTheSecondBatch()],
+    )
+    with pytest.raises(Refusal):
+        trainer.fit(toy.ToyRegressor(), datamodule=toy.ToyTabularData(batch_size=16))
+    assert bar.train_progress_bar.disable  # closed: tqdm draws a closed bar no more
 
 
 def test_a_bar_of_your_own_in_place_of_the_configs_is_used_as_it_is(tmp_path):

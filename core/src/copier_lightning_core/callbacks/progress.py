@@ -15,6 +15,7 @@ leaves out the bar the callbacks list names (Lightning refuses that pair otherwi
 use another bar, put it in place of this entry (two bars are refused by Lightning).
 """
 
+import contextlib
 import time
 from typing import Any
 
@@ -66,6 +67,16 @@ class ThrottledProgressBar(TQDMProgressBar):
     def on_predict_batch_end(self, *args: Any, **kwargs: Any) -> None:
         if self._due(args[4], self.total_predict_batches_current_dataloader):
             super().on_predict_batch_end(*args, **kwargs)
+
+    def on_exception(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
+    ) -> None:
+        # Lightning closes its bars only when a loop ends: a run stopped by an exception
+        # (a refusal mid-fit) left them open, and tqdm drew them once more when the process
+        # exited, after the command's last line (or a test session's summary).
+        for loop in ("train", "val", "test", "predict"):
+            with contextlib.suppress(TypeError):  # a loop that has not run has no bar
+                getattr(self, f"{loop}_progress_bar").close()
 
     def _due(self, batch_idx: int, total: float) -> bool:
         """A loop's first or last batch, or `min_interval` seconds since the last draw."""
