@@ -48,7 +48,8 @@ def test_a_misspelled_option_is_refused_naming_it(capsys):
         cli.main(["fit", "--trainer.max_epoch=3"])
     assert exit_info.value.code != 0
     err = capsys.readouterr().err
-    assert "error: unrecognized arguments: --trainer.max_epoch" in err
+    # jsonargparse capitalizes "Unrecognized" from some 4.x release on: either is fine.
+    assert "error: unrecognized arguments: --trainer.max_epoch" in err.lower()
     assert "usage:" not in err and len(err.splitlines()) <= 3, err  # the error, not a wall
 
 

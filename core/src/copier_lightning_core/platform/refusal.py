@@ -64,5 +64,8 @@ def refusals_exit() -> Iterator[None]:
     try:
         yield
     except Refusal as refusal:
-        print(refusal, file=sys.stderr, flush=True)
+        # One write: the processes of a DDP run share stderr, and print's two writes (the
+        # text, then the newline) let their paragraphs run into each other.
+        sys.stderr.write(f"{refusal}\n")
+        sys.stderr.flush()
         raise SystemExit(1) from refusal
