@@ -17,7 +17,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import lightning as L
@@ -30,6 +29,7 @@ from copier_lightning_core.callbacks.loader_hooks import watch_loaders
 from copier_lightning_core.callbacks.resume import ResumeState, rng_states, set_rng_states
 from copier_lightning_core.cli import ProjectCLI
 from copier_lightning_core.platform.paths import default_config
+from copier_lightning_core.testing.interrupts import signal_at
 from copier_lightning_core.tools.determinism import compare_checkpoints
 from harness import FLAVOURS, PROJECT
 
@@ -192,31 +192,9 @@ EXIT_CODES = {"SIGTERM": 143, "SIGINT": 130, "SIGKILL": -signal.SIGKILL}
 
 def signalled_run(args: list[str], point: str, step: int, sig: str, target: str, marker: Path):
     """Start the run in its own session; signal it once it waits at the point; let it end."""
-    pauser = {
-        "class_path": "copier_lightning_core.testing.interrupts.PauseAt",
-        "init_args": {"point": point, "step": step, "marker": str(marker)},
-    }
+    pause = {"point": point, "step": step, "marker": str(marker)}
     command = [sys.executable, "-m", PROJECT, *args]
-    process = subprocess.Popen(
-        [*command, f"--trainer.callbacks+={json.dumps(pauser)}"],
-        cwd=TESTS,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,  # its own process group, as a scheduler's job has
-    )
-    try:
-        while not marker.exists() and process.poll() is None:
-            time.sleep(0.1)
-        if marker.exists():
-            send = os.killpg if target == "group" else os.kill
-            send(process.pid, getattr(signal, sig))
-        output, _ = process.communicate(timeout=300)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    return process.returncode, output
+    return signal_at(command, TESTS, os.environ, pause, sig, group=target == "group")
 
 
 @pytest.mark.slow

@@ -148,10 +148,16 @@ class PauseAt(KillAt):
 
 
 def signal_at(
-    command: list[str], cwd: Path, env: Mapping[str, str], pause: dict[str, Any], sig: str
+    command: list[str],
+    cwd: Path,
+    env: Mapping[str, str],
+    pause: dict[str, Any],
+    sig: str,
+    group: bool = True,
 ) -> tuple[int, str]:
     """Run a fit `command` in its own process group with a `PauseAt(**pause)` added to its
-    callbacks; when it pauses, send `sig` to the whole group. Its exit status and output.
+    callbacks; when it pauses, send `sig` to the whole group (a scheduler's kill), or with
+    `group=False` to the command's process alone (a `kill PID`). Its exit status and output.
 
     The pause's marker file exists afterwards only when the run reached the point.
     """
@@ -170,7 +176,8 @@ def signal_at(
         while not marker.exists() and process.poll() is None:
             time.sleep(0.05)
         if marker.exists():
-            os.killpg(process.pid, getattr(signal, sig))
+            send = os.killpg if group else os.kill
+            send(process.pid, getattr(signal, sig))
         output, _ = process.communicate(timeout=300)
     finally:
         if process.poll() is None:
