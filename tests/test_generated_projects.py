@@ -18,11 +18,14 @@ What each render runs, and why (RUNS):
   test_resume.py is a part alone: its in-process resumed fits leave loader workers behind
   (torchdata's iterators, which Lightning's teardown does not shut down), and a garbage
   collection later in the same process waits 10 s for each of them.
-- `all_loggers` runs the library's tests where the loggers answer reaches: the files whose
-  tests read what the loggers wrote (metrics, hyperparameters, a logger's run continued on
-  resume, `compare`) or fit, resume, kill and sweep through every configured logger, with
-  `-m "not slow"` (the slow tests do not depend on the answers). Not its own tests: every
-  contract run sets `--trainer.logger=false`, so it is the same on every render.
+- `all_loggers` runs the library's tests where the loggers answer reaches: the tests that
+  read what the loggers wrote (metrics, hyperparameters, a logger's run continued on
+  resume, `compare`, the default config's fit), chosen by name (ALL_LOGGERS_TESTS), and the
+  signal and lock tests, which kill fits with every configured logger running (wandb's and
+  mlflow's own processes among them); `-m "not slow"` (the slow tests do not depend on the
+  answers). The other tests of those files fit through the loggers without reading them:
+  the defaults render runs them. Not its own tests: every contract run sets
+  `--trainer.logger=false`, so it is the same on every render.
 - `no_ci` differs from `defaults` only in files no test reads (the CI workflow, the
   license): after proving that its pyproject installs, it runs the library's tests of its
   configuration and commands.
@@ -53,20 +56,20 @@ DEEP_PARTS = {
 }
 NAMED = [name for names in DEEP_PARTS.values() for name in names]
 # all_loggers: the files whose runs take the render's configured loggers (the answer this
-# render changes). test_resume.py (`--trainer.logger=false`) and test_sweep.py (CSV only)
-# set their own and run in the defaults render alone.
+# render changes), and of them the tests that read what a logger wrote, by name; the kill
+# and lock tests run whole. test_resume.py (`--trainer.logger=false`) and test_sweep.py
+# (CSV only) set their own and run in the defaults render alone.
 ALL_LOGGERS = [
     "test_checkpoints.py",
     "test_compare.py",
     "test_health.py",
     "test_private_apis.py",
     "test_run_folders.py",
-    "test_run_root.py",
-    "test_signals.py",
     "test_smoke.py",
-    "test_throughput.py",
     "test_train.py",
 ]
+ALL_LOGGERS_TESTS = "logger or wandb or mlflow or tensorboard or version or compare or smoke or log"
+ALL_LOGGERS_KILLS = ["test_run_root.py", "test_signals.py"]
 # id -> (render, the suite: the project's own tests or the library's, pytest arguments)
 RUNS = {
     "defaults-own": ("defaults", "own", []),
@@ -82,7 +85,12 @@ RUNS = {
     "all_loggers-library": (
         "all_loggers",
         "library",
-        ["-m", "not slow", *(f"{DEEP}/{n}" for n in ALL_LOGGERS)],
+        ["-m", "not slow", "-k", ALL_LOGGERS_TESTS, *(f"{DEEP}/{n}" for n in ALL_LOGGERS)],
+    ),
+    "all_loggers-library-kills": (
+        "all_loggers",
+        "library",
+        ["-m", "not slow", *(f"{DEEP}/{n}" for n in ALL_LOGGERS_KILLS)],
     ),
     "no_ci-library": (
         "no_ci",
