@@ -43,6 +43,7 @@ DEEP = str(LIBRARY_TESTS)
 # remaining files are the last part. Each part takes about 1-2 minutes on 2 CPU cores.
 DEEP_PARTS = {
     "resume": ["test_resume.py"],
+    "data_recipes": ["test_data_recipes.py"],
     "sweep": ["test_sweep.py"],
     "presets": ["test_presets.py"],
     "bad_input-sharding": ["test_bad_input.py", "test_sharding.py"],

@@ -16,7 +16,9 @@ from typing import Any
 
 # name -> module (relative to this package) that defines it
 PUBLIC = {
+    "FileSamples": ".data.files",
     "LoaderOptions": ".platform.loaders",
+    "ParquetRows": ".data.parquet_rows",
     "ProjectCLI": ".run.lightning_cli",
     "Refusal": ".platform.refusal",
     "logs_this_step": ".callbacks.log_steps",
@@ -25,7 +27,7 @@ PUBLIC = {
 __all__ = sorted(PUBLIC)
 # The rooms, top to bottom: each imports only the rooms after it (cli.py, above them all,
 # imports any). The library's tests/test_layers.py holds the code to this; the docs draw it.
-ROOMS = ("tools", "run", "callbacks", "checkpoints", "platform")
+ROOMS = ("tools", "run", "callbacks", "checkpoints", "data", "platform")
 
 
 def __getattr__(name: str) -> Any:

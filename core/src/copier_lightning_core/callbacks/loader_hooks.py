@@ -108,6 +108,7 @@ class Watched:
         for loader in _each(loaders):
             check_loader(loader, self.hook, processes)
             shield_workers(loader, rank)
+            tell_batching(loader)
         if not self._told:
             self._told = True
             self._tell(loaders, rebuilt)
@@ -129,6 +130,15 @@ class Watched:
                 "A run resumed from a mid-epoch checkpoint will not be bit-identical to an "
                 "uninterrupted one: " + "; ".join(gaps) + "."
             )
+
+
+def tell_batching(loader: Any) -> None:
+    """Tell a dataset that splits its rows among the workers itself (an IterableDataset
+    with `batched_by`, such as ParquetRows) the loader's batch size, so that each worker
+    reads whole batches and the loader's length is exact."""
+    batched_by = getattr(loader.dataset, "batched_by", None)
+    if callable(batched_by) and loader.batch_size is not None:
+        batched_by(loader.batch_size, loader.drop_last)
 
 
 def _trainer(owner: Any) -> Any:
