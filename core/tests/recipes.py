@@ -75,7 +75,7 @@ class ShardData(L.LightningDataModule):
 
     def prepare_data(self) -> None:
         folder = Path(self.hparams.folder)
-        if not folder.is_dir():
+        if "://" not in self.hparams.folder and not folder.is_dir():  # a URI: written there
             h = self.hparams
             write_shards(folder, h.rows, h.shards, h.row_group, h.num_features)
 
@@ -176,3 +176,23 @@ class RecordingRegressor(L.LightningModule):
 
     def configure_optimizers(self):
         return torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
+
+
+def write_wide_shards(folder: Path, rows: int, width: int, row_group: int, shards: int) -> int:
+    """Uncompressed shards of `rows` rows of an id and `width` random float32 features,
+    written a row group at a time (the writer never holds the table). Bytes on disk."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    schema = pa.schema([("features", pa.list_(pa.float32(), width + 1)), ("target", pa.float32())])
+    for shard, ids in enumerate(np.array_split(np.arange(rows), shards)):
+        path = folder / f"wide-{shard:03d}.parquet"
+        with pq.ParquetWriter(path, schema, compression="none") as writer:
+            for start in range(0, len(ids), row_group):
+                chunk = ids[start : start + row_group]
+                values = rng.random((len(chunk), width + 1), dtype=np.float32)
+                values[:, 0] = chunk
+                flat = pa.array(values.reshape(-1), type=pa.float32())
+                features = pa.FixedSizeListArray.from_arrays(flat, width + 1)
+                target = pa.array(values[:, 1:9].sum(axis=1), type=pa.float32())
+                writer.write_table(pa.Table.from_arrays([features, target], schema=schema))
+    return sum(path.stat().st_size for path in folder.glob("*.parquet"))

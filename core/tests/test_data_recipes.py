@@ -6,9 +6,11 @@ paragraph. The DataModules and the recording model are in recipes.py.
 """
 
 import json
+import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +24,7 @@ from copier_lightning_core import FileSamples, ParquetRows, Refusal
 from copier_lightning_core.cli import ProjectCLI
 from copier_lightning_core.tools.determinism import compare_checkpoints
 from harness import PROJECT
-from recipes import as_pair, write_files, write_shards
+from recipes import as_pair, write_files, write_shards, write_wide_shards
 
 TESTS = Path(__file__).parent
 ROWS = 480  # 3 shards of 4 row groups of 40 rows
@@ -294,3 +296,133 @@ def test_ddp_ranks_see_disjoint_samples_covering_the_epoch(kind, strategy, tmp_p
     else:  # the training split: 192 of the 240 files
         assert len(every) == 192 and set(every) < set(range(240))
     assert np.all(np.diff(every) > 0)
+
+
+# --- memory: a table larger than the memory a run may use ---------------------------------
+
+WIDE = 16383  # features per row: 64 KiB rows, 4 MiB row groups of 64
+
+
+def peak_rss_of_fit(root: Path, data: Path, limit: int | None = None) -> tuple[int, str]:
+    """One epoch of the wide table with no loader workers (one process holds it all): the
+    process's peak resident memory in bytes, as the kernel counted it, and its output. With
+    `limit`, a watchdog ends the run as soon as its resident memory passes that many bytes,
+    as a cluster's memory limit would."""
+    args = [
+        *recipe_args("ShardData", root, data, workers=0, epochs=1)[:-1],  # no step checkpoints
+        "--trainer.limit_val_batches=0",
+        f"--model.num_features={WIDE}",
+        "--data.batch_size=64",
+    ]
+    process = subprocess.Popen(
+        [sys.executable, "-m", PROJECT, *args],
+        cwd=TESTS,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    killed_at: list[int] = []
+
+    def watch() -> None:
+        # Reads /proc only (not poll(), which could reap the process before wait4 does);
+        # an exited process's status has no VmRSS line.
+        status = Path(f"/proc/{process.pid}/status")
+        while True:
+            try:
+                lines = status.read_text().splitlines()
+                rss = int(next(line for line in lines if line.startswith("VmRSS")).split()[1])
+            except (OSError, StopIteration):
+                return
+            if limit is not None and rss * 1024 > limit:
+                killed_at.append(rss * 1024)
+                process.kill()
+                return
+            threading.Event().wait(0.01)
+
+    watchdog = threading.Thread(target=watch, daemon=True)
+    watchdog.start()
+    output = process.stdout.read() if process.stdout else ""
+    _, status, usage = os.wait4(process.pid, 0)
+    watchdog.join()
+    process.returncode = os.waitstatus_to_exitcode(status)
+    assert not killed_at, f"over the limit of {limit} bytes: {killed_at[0]}"
+    assert process.returncode == 0, output[-3000:]
+    return usage.ru_maxrss * 1024, output
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc (Linux)")
+def test_a_table_four_times_the_memory_limit_trains_in_the_memory_of_a_small_one(tmp_path):
+    """The limit is the small run's peak plus 10 %; the large table is at least 4 times that
+    on disk (uncompressed, random: nothing to squeeze), read in one epoch under it."""
+    small = tmp_path / "small"
+    write_wide_shards(small, rows=256, width=WIDE, row_group=64, shards=2)
+    small_peak, _ = peak_rss_of_fit(tmp_path / "small-run", small)
+    limit = int(small_peak * 1.1)
+    row_bytes = (WIDE + 2) * 4
+    rows = 4 * limit // row_bytes + 1024
+    large = tmp_path / "large"
+    on_disk = write_wide_shards(large, rows=rows, width=WIDE, row_group=64, shards=8)
+    assert on_disk >= 4 * limit
+    large_peak, _ = peak_rss_of_fit(tmp_path / "large-run", large, limit=limit)
+    assert large_peak <= limit, (small_peak, large_peak)
+    seen = (tmp_path / "large-run" / "ids-rank0.txt").read_text().split()
+    assert sorted(map(int, seen)) == list(range(rows))  # every row of it, once
+
+
+# --- shards on S3-compatible storage -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def bucket(shards) -> str:
+    """The shards in a bucket of an S3-compatible server on localhost (moto's): the URI
+    ParquetRows and the command line read them by, endpoint included."""
+    moto_server = pytest.importorskip("moto.server")
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"{host}:{port}"
+    s3 = pyarrow.fs.S3FileSystem(
+        endpoint_override=endpoint, scheme="http", access_key="test", secret_key="test",
+        region="us-east-1", allow_bucket_creation=True,
+    )  # fmt: skip
+    s3.create_dir("recipes")
+    for path in shards.iterdir():
+        with s3.open_output_stream(f"recipes/shards/{path.name}") as out:
+            out.write(path.read_bytes())
+    yield f"s3://recipes/shards?endpoint_override={endpoint}&scheme=http&region=us-east-1"
+    server.stop()
+
+
+@pytest.fixture
+def s3_credentials(monkeypatch):
+    """What pyarrow reads credentials from, as on a cluster (moto takes any)."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+
+
+def test_shards_in_a_bucket_read_as_from_a_folder(bucket, shards, s3_credentials):
+    remote = ParquetRows(bucket, transform=as_pair, seed=2)
+    local = ParquetRows(shards, transform=as_pair, seed=2)
+    assert [(g.index, g.rows) for g in remote.groups] == [(g.index, g.rows) for g in local.groups]
+    remote.batched_by(32, drop_last=False)
+    local.batched_by(32, drop_last=False)
+    loader = StatefulDataLoader(remote, batch_size=32, num_workers=2, persistent_workers=True)
+    # Told the batch size, two workers give the batches in one process's order.
+    assert ids_of(loader) == ids_of(DataLoader(local, batch_size=32, num_workers=0))
+
+
+@pytest.mark.slow
+def test_a_run_streaming_from_a_bucket_killed_mid_epoch_resumes_bit_exactly(
+    bucket, s3_credentials, tmp_path
+):
+    reference = tmp_path / "reference"
+    ProjectCLI(args=recipe_args("ShardData", reference, bucket, workers=2))
+    interrupted = tmp_path / "interrupted"
+    args = recipe_args("ShardData", interrupted, bucket, workers=2)
+    result = killed(args, step=5)
+    assert result.returncode == -signal.SIGKILL, result.stderr[-3000:]
+    ProjectCLI(args=[*args, "--ckpt_path=last"])
+    resumed, expected = final(interrupted), final(reference)
+    assert resumed["global_step"] == expected["global_step"] > 5
+    assert compare_checkpoints(resumed, expected) is None

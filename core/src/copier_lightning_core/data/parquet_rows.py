@@ -35,6 +35,7 @@ workers start from the main process's copy and read the first epoch's order agai
 """
 
 import hashlib
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -172,6 +173,10 @@ class ParquetRows(IterableDataset[Any]):
         from a loader of unknown length, prefetches none, and the position a checkpoint
         saves is that of the batch trained last."""
         self.batch_size, self.drop_last = batch_size, drop_last
+        # Lightning warns about every IterableDataset with a length that workers could
+        # make wrong; this one's is exact. The filter is by message: it also quiets the
+        # warning for other IterableDatasets of this process.
+        warnings.filterwarnings("ignore", message="Your `IterableDataset` has `__len__`")
 
     def __len__(self) -> int:
         """Rows this rank reads an epoch; known once the loader's batching is (`batched_by`):
