@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, IterableDataset
 
 from copier_lightning_core import FileSamples, ParquetRows
 
@@ -97,6 +97,23 @@ class ShardData(L.LightningDataModule):
 
     def fingerprint(self) -> dict:
         return ParquetRows(self.hparams.folder).fingerprint()
+
+
+class RowsWithoutPosition(IterableDataset):
+    """The shards' rows read through, as most hand-written streams are: no saved position."""
+
+    def __init__(self, folder: str) -> None:
+        self.rows = ParquetRows(folder, transform=as_pair, shuffle=False)
+
+    def __iter__(self):
+        yield from self.rows
+
+
+class PositionlessShardData(ShardData):
+    """ShardData whose training stream cannot say where it stands."""
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(RowsWithoutPosition(self.hparams.folder), batch_size=32)
 
 
 class FileData(L.LightningDataModule):

@@ -22,8 +22,10 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from copier_lightning_core import FileSamples, ParquetRows, Refusal
 from copier_lightning_core.cli import ProjectCLI
+from copier_lightning_core.platform.loaders import resume_gaps
 from copier_lightning_core.tools.determinism import compare_checkpoints
-from harness import PROJECT
+from copier_lightning_core.tools.doctor.command import main as doctor
+from harness import FAST, PROJECT
 from recipes import as_pair, write_files, write_shards, write_wide_shards
 
 TESTS = Path(__file__).parent
@@ -124,6 +126,30 @@ def test_a_position_saved_for_other_row_groups_is_refused(shards, tmp_path):
     write_shards(tmp_path, rows=ROWS, shards=3, row_group=30, num_features=8)
     with pytest.raises(Refusal, match="other row groups"):
         ParquetRows(tmp_path, seed=0).load_state_dict(state)
+
+
+def test_a_stream_with_a_position_but_no_length_is_named_as_a_skipped_batch(shards):
+    """Lightning reads one batch ahead of a loader of unknown length: the saved position
+    is past the batch trained last. Told its batch size, ParquetRows has a length."""
+    rows = ParquetRows(shards, transform=as_pair)
+    (gap,) = resume_gaps(StatefulDataLoader(rows, batch_size=32))
+    assert "ParquetRows" in gap and "skips that batch" in gap and "__len__" in gap
+    rows.batched_by(32, drop_last=False)
+    assert resume_gaps(StatefulDataLoader(rows, batch_size=32)) == []
+
+
+@pytest.mark.slow
+def test_doctor_try_names_a_train_loader_whose_position_a_checkpoint_cannot_hold(
+    shards, monkeypatch, capsys
+):
+    path = os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))
+    monkeypatch.setenv("PYTHONPATH", path)  # recipes.py, importable in the trial's process
+    data = ["--data=recipes.PositionlessShardData", f"--data.folder={shards}"]
+    status = doctor(["--try", "--model=recipes.RecordingRegressor", *data, *FAST])
+    (row,) = [r for r in capsys.readouterr().out.splitlines() if r.startswith("the default run")]
+    assert status == 0 and " warn " in row  # it trains: named, not failed
+    assert "a resumed run would not be exact" in row and "RowsWithoutPosition" in row
+    assert "state_dict()" in row  # and the fix
 
 
 # --- damaged data: one paragraph naming it -------------------------------------------------

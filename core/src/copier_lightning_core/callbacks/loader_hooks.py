@@ -126,10 +126,22 @@ class Watched:
             return
         gaps = [gap for loader in _each(loaders) for gap in resume_gaps(loader)]
         if gaps:
-            rank_zero_warn(
-                "A run resumed from a mid-epoch checkpoint will not be bit-identical to an "
-                "uninterrupted one: " + "; ".join(gaps) + "."
-            )
+            rank_zero_warn(RESUME_GAPS_SAID + "; ".join(gaps) + ".")
+
+
+RESUME_GAPS_SAID = (
+    "A run resumed from a mid-epoch checkpoint will not be bit-identical to an uninterrupted one: "
+)
+
+
+def resume_gaps_said(output: str) -> str | None:
+    """What a run's output (`doctor --try`) said keeps its train loader from resuming
+    exactly, or None."""
+    for line in output.splitlines():
+        said = line.partition(RESUME_GAPS_SAID)[2]
+        if said:
+            return said
+    return None
 
 
 def tell_batching(loader: Any) -> None:

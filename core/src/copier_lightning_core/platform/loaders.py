@@ -224,6 +224,25 @@ def _sampler_args(loader: DataLoader[Any], generator: torch.Generator) -> dict[s
     return {"sampler": stateful}
 
 
+# Lightning's fit loop reads one batch ahead of a loader without a length, to know which
+# batch is the epoch's last (lightning/pytorch/loops/fetchers.py, `_PrefetchDataFetcher`).
+_PREFETCHED = (
+    "its dataset, an IterableDataset ({}) with a saved position but no length: Lightning "
+    "reads one batch ahead of training from a loader of unknown length, so the position a "
+    "checkpoint saves is one batch past the last one trained, and a resumed run skips that "
+    "batch. Give the dataset a `__len__` that is exact for the loader's batches (every "
+    "worker's partial batch counted), as ParquetRows has once told its batch size"
+)
+
+
+def _has_length(loader: Any) -> bool:
+    try:
+        len(loader)
+    except (TypeError, NotImplementedError):
+        return False
+    return True
+
+
 def resume_gaps(loader: Any) -> list[str]:
     """What keeps a train loader from resuming exactly mid-epoch, each with its fix.
 
@@ -250,7 +269,7 @@ def resume_gaps(loader: Any) -> list[str]:
     dataset = getattr(loader, "dataset", None)
     if isinstance(dataset, IterableDataset):
         if _has_state(dataset):
-            return []
+            return [] if _has_length(loader) else [_PREFETCHED.format(type(dataset).__name__)]
         return [
             f"its dataset, an IterableDataset ({type(dataset).__name__}), has no "
             "`state_dict()` / `load_state_dict()`: a resumed run reads the stream again "

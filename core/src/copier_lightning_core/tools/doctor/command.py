@@ -67,7 +67,7 @@ def format_table(results: dict[str, Result]) -> str:
 
 
 def run_trials(argv: Sequence[str]) -> bool:
-    """`fit` a few steps per config (trial.py), printing each row as it ends; True: all passed."""
+    """`fit` a few steps per config (trial.py), printing each row as it ends; True: none failed."""
     runs = trials(argv)
     width = max(map(len, runs))
     print(f"\nTried: fit, {STEPS} steps per config, in a fresh process and a temporary folder")
@@ -77,7 +77,7 @@ def run_trials(argv: Sequence[str]) -> bool:
         print(f"{name:<{width}} {result.status:<6} {result.detail}", flush=True)
         if result.fix:
             print(f"{'':<{width}} {'':<6} fix: {result.fix}", flush=True)
-        all_passed &= result.status == PASS
+        all_passed &= result.status != FAIL  # a warning trains: named, not failed
     return all_passed
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 
 from ...platform.project import project_package
-from .registry import Result, failed, passed
+from .registry import Result, failed, passed, warned
 
 STEPS = 2
 TRIAL_FLAGS = (
@@ -78,11 +78,18 @@ def try_fit(flags: Sequence[str]) -> Result:
     seconds = time.perf_counter() - start
     if done.returncode == 0:
         from ...callbacks.compile import graph_breaks_said  # imports torch: not in --static
+        from ...callbacks.loader_hooks import resume_gaps_said
 
+        output = done.stdout + done.stderr
         # What the run said of graph breaks (TorchCompile): it fits, but each costs time.
-        breaks = graph_breaks_said(done.stdout + done.stderr)
+        breaks = graph_breaks_said(output)
         said = f"; {breaks}" if breaks else ""
-        return passed(f"{STEPS} training and {STEPS} validation batches in {seconds:.0f} s{said}")
+        ran = f"{STEPS} training and {STEPS} validation batches in {seconds:.0f} s{said}"
+        # What its train loader cannot resume exactly: it trains, but a resume is not exact.
+        gaps = resume_gaps_said(output)
+        if gaps:
+            return warned(f"{ran}; a resumed run would not be exact: {gaps}", "")
+        return passed(ran)
     rerun = shlex.join(["python", *command, "--trainer.default_root_dir=runs/doctor-try"])
     return failed(refusal(done.stdout + done.stderr, done.returncode), f"`{rerun}` shows it all")
 
