@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.fs
+import pyarrow.parquet as pq
 import pytest
 import torch
 from torch.utils.data import DataLoader
@@ -85,6 +86,21 @@ def test_told_its_batch_size_a_loaders_length_is_the_batches_it_gives(shards, wo
     assert len(batches) == len(loader) == 14  # 13 of 36 rows, one of 12
     assert sorted(ids_of(batches)) == list(range(ROWS))
     assert [len(b[0]) for b in batches] == [36] * 13 + [12]
+
+
+def test_each_row_group_is_read_once_an_epoch_though_batches_cut_through_it(shards, monkeypatch):
+    reads = []
+    read_row_group = pq.ParquetFile.read_row_group
+
+    def counted(self, index, *args, **kwargs):
+        reads.append(index)
+        return read_row_group(self, index, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", counted)
+    rows = ParquetRows(shards, transform=as_pair, seed=4)
+    rows.batched_by(32, drop_last=False)  # batches of 32 across row groups of 40
+    assert sorted(ids_of(DataLoader(rows, batch_size=32))) == list(range(ROWS))
+    assert len(reads) == 12
 
 
 def test_each_epoch_reads_a_new_block_shuffled_order_and_unshuffled_reads_in_file_order(shards):

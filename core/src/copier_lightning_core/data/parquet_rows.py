@@ -121,6 +121,7 @@ class ParquetRows(IterableDataset[Any]):
         self._resume = False  # a state was loaded: the next pass continues it, if unfinished
         self._placement: tuple[int, int] | None = None  # rank, world: set when pickled
         self.batch_size: int | None = None  # the loader's, once told (`batched_by`)
+        self._kept: tuple[RowGroup, dict[str, Any]] | None = None  # the last row group read
         self.drop_last = False
 
     # -- what the epoch reads, where -----------------------------------------------------
@@ -237,7 +238,11 @@ class ParquetRows(IterableDataset[Any]):
             yield self.transform(row) if self.transform is not None else _as_tensors(row)
 
     def _columns(self, group: RowGroup) -> dict[str, Any]:
-        """One row group's columns, as numpy arrays where they are numbers."""
+        """One row group's columns, as numpy arrays where they are numbers; the last one
+        read is kept, as a worker's next batch is mostly in the same row group."""
+        if self._kept is not None and self._kept[0] == group:
+            return self._kept[1]
+        self._kept = None  # let the previous group go before reading the next
         pa, _, pq = _pyarrow()
         try:
             with self.filesystem.open_input_file(group.path) as stream:
@@ -249,7 +254,9 @@ class ParquetRows(IterableDataset[Any]):
                 "after the run listed it: write it again (or remove it from the source) and "
                 "run again; `--ckpt_path last` continues from the last checkpoint."
             ) from None
-        return {name: _numpy_or_list(table.column(name)) for name in table.column_names}
+        columns = {name: _numpy_or_list(table.column(name)) for name in table.column_names}
+        self._kept = (group, columns)
+        return columns
 
     # -- where this copy runs ------------------------------------------------------------
 
@@ -262,6 +269,7 @@ class ParquetRows(IterableDataset[Any]):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
+        state["_kept"] = None  # rows are read where they are used, never sent
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             state["_placement"] = self._rank_and_world()
         return state
