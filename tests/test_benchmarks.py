@@ -112,3 +112,26 @@ def test_results_record_the_run_and_check_every_figure(results):
     assert [row[1] for row in rows if row[0].startswith("instruction")] == [
         "not measured (no valgrind, or --quick)"
     ] * 2
+
+
+def test_the_data_recipes_benchmark_prints_each_recipes_ratio_and_worker_choice():
+    """`data_recipes.py` (not in report.py: a by-hand measurement) runs and prints, for each
+    recipe, the plain loop's rate, a ratio with its spread per worker count, and the count
+    tune's rule picks."""
+    result = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "data_recipes.py"), "--quick", "--workers", "0"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "WANDB_MODE": "offline"},
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    for recipe in ("files", "table", "bucket"):
+        block = result.stdout.split(f"\n{recipe}: plain loop ", 1)[1].split("\n\n", 1)[0]
+        assert re.match(r"[0-9]+ samples/s\n", block), block
+        assert re.search(
+            rf"fit, 0 workers: [0-9]+ samples/s, data wait [0-9]+\.[0-9]%; ratio fit / "
+            rf"plain loop: median {NUMBER}",
+            block,
+        ), block
+        assert "tune's rule (data wait under 5%): 0 workers" in block, block

@@ -1,5 +1,7 @@
 """The documentation site builds with `mkdocs build --strict` (broken links fail)."""
 
+import ast
+import importlib.util
 import subprocess
 import sys
 
@@ -33,3 +35,17 @@ def test_every_preset_has_a_page_in_the_nav():
     for preset in (REPO / "template" / "configs" / "presets").iterdir():
         name = preset.name.removesuffix(".jinja").removesuffix(".yaml")
         assert f"presets/{name}.md" in nav, name
+
+
+def test_the_data_recipes_page_names_every_test_of_the_recipes():
+    """docs/data-recipes.md (scripts/data_recipes_page.py) has a row for each test function
+    of core/tests/test_data_recipes.py, and the script refuses a run with one it lacks."""
+    spec = importlib.util.spec_from_file_location("page", REPO / "scripts" / "data_recipes_page.py")
+    assert spec and spec.loader
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    tree = ast.parse(script.TESTS.read_text())
+    tests = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+    assert {name for name in tests if name.startswith("test_")} == set(script.ROWS)
+    page = (REPO / "docs" / "data-recipes.md").read_text()
+    assert all(f"| {proves} |" in page for proves in script.ROWS.values())

@@ -290,22 +290,41 @@ def final(root: Path) -> dict:
     return torch.load(root / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """(recipe, workers) -> (its data folder, the last checkpoint of an uninterrupted run).
+
+    ParquetRows' batches do not depend on the worker count (the k-th worker reads batches
+    k, k + workers, ...): one run without workers is the reference for every count. A
+    shuffled map-style loader draws its workers' seeds from its own generator, so the
+    order of its later epochs depends on the count: a reference per count."""
+    made: dict[tuple[str, int], tuple[Path, dict]] = {}
+
+    def reference(kind: str, workers: int) -> tuple[Path, dict]:
+        key = (kind, 0 if kind == "ShardData" else workers)
+        if key not in made:
+            folder = tmp_path_factory.mktemp(f"uninterrupted-{kind}")
+            ProjectCLI(args=recipe_args(kind, folder / "run", folder / "data", key[1]))
+            made[key] = folder / "data", final(folder / "run")
+        return made[key]
+
+    return reference
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("kind", ["ShardData", "FileData"])
-def test_a_run_killed_mid_epoch_resumes_bit_exactly(kind, workers, tmp_path):
+def test_a_run_killed_mid_epoch_resumes_bit_exactly(kind, workers, tmp_path, uninterrupted):
     """480 rows (files: 192 training samples) in batches of 32: killed at step 5 of 15
     (files: of 6 an epoch), mid-epoch and between step checkpoints; the resumed run's last
-    checkpoint (weights, optimizer, loop and loader state) equals an uninterrupted one's."""
-    data = tmp_path / "data"
-    reference = tmp_path / "reference"
-    ProjectCLI(args=recipe_args(kind, reference, data, workers))
+    checkpoint (weights, optimizer, schedule) equals an uninterrupted run's."""
+    data, expected = uninterrupted(kind, workers)
     interrupted = tmp_path / "interrupted"
     args = recipe_args(kind, interrupted, data, workers)
     result = killed(args, step=5)
     assert result.returncode == -signal.SIGKILL, result.stderr[-3000:]
     ProjectCLI(args=[*args, "--ckpt_path=last"])
-    resumed, expected = final(interrupted), final(reference)
+    resumed = final(interrupted)
     assert resumed["global_step"] == expected["global_step"] > 5
     assert compare_checkpoints(resumed, expected) is None
 
@@ -394,7 +413,9 @@ def peak_rss_of_fit(root: Path, data: Path, limit: int | None = None) -> tuple[i
 
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc (Linux)")
-def test_a_table_four_times_the_memory_limit_trains_in_the_memory_of_a_small_one(tmp_path):
+def test_a_table_four_times_the_memory_limit_trains_in_the_memory_of_a_small_one(
+    tmp_path, record_property
+):
     """The limit is the small run's peak plus 10 %; the large table is at least 4 times that
     on disk (uncompressed, random: nothing to squeeze), read in one epoch under it."""
     small = tmp_path / "small"
@@ -407,6 +428,9 @@ def test_a_table_four_times_the_memory_limit_trains_in_the_memory_of_a_small_one
     on_disk = write_wide_shards(large, rows=rows, width=WIDE, row_group=64, shards=8)
     assert on_disk >= 4 * limit
     large_peak, _ = peak_rss_of_fit(tmp_path / "large-run", large, limit=limit)
+    for name, value in {"small run peak": small_peak, "limit": limit, "table": on_disk,
+                        "large run peak": large_peak}.items():  # fmt: skip
+        record_property(name, f"{value / 2**20:.0f} MiB")  # for docs/data-recipes.md
     assert large_peak <= limit, (small_peak, large_peak)
     seen = (tmp_path / "large-run" / "ids-rank0.txt").read_text().split()
     assert sorted(map(int, seen)) == list(range(rows))  # every row of it, once
