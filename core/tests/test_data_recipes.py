@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -137,6 +138,20 @@ def test_a_loader_restored_mid_epoch_gives_exactly_the_rows_left(shards, workers
     assert ids_of(resumed) == second_epoch  # and the next epoch is the next epoch
 
 
+def test_a_column_the_files_lack_is_refused_naming_the_columns_they_have(shards):
+    with pytest.raises(Refusal) as refused:
+        ParquetRows(shards, columns=["features", "label"])
+    assert "no column 'label'" in str(refused.value) and "'target'" in str(refused.value)
+
+
+def test_rows_hold_writable_arrays_that_become_tensors_without_a_warning(shards):
+    row = next(iter(ParquetRows(shards, transform=lambda row: row)))
+    assert row["features"].flags.writeable
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch warns for a read-only array
+        torch.from_numpy(row["features"])
+
+
 def test_a_position_saved_for_other_row_groups_is_refused(shards, tmp_path):
     state = ParquetRows(shards, seed=0).state_dict()
     write_shards(tmp_path, rows=ROWS, shards=3, row_group=30, num_features=8)
@@ -227,6 +242,8 @@ def test_files_are_listed_by_class_folder_and_split_the_same_way_for_the_same_se
     assert recorded["classes"] == samples.classes and recorded["files"] == 240
     features, label = samples[100]
     assert label == 1 and int(features[0]) == 100
+    with pytest.raises(Refusal, match=r"split 'val' of .* gets no file of the 240"):
+        samples.split({"train": 0.999, "val": 0.001}, seed=1)
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -327,6 +344,42 @@ def test_a_run_killed_mid_epoch_resumes_bit_exactly(kind, workers, tmp_path, uni
     resumed = final(interrupted)
     assert resumed["global_step"] == expected["global_step"] > 5
     assert compare_checkpoints(resumed, expected) is None
+
+
+@pytest.mark.slow
+def test_a_ddp_run_streaming_rows_killed_mid_epoch_resumes_bit_exactly(tmp_path):
+    """Two processes, each its own part of the rows: Lightning gives an IterableDataset no
+    DistributedSampler, so its plain DataLoader is rebuilt as a StatefulDataLoader there
+    too, and each rank resumes at its own next row (the parts are equal: rank 0's saved
+    position is every rank's)."""
+    data = tmp_path / "data"
+    ddp = [f"--config={Path('configs/presets/ddp.yaml').resolve()}", "--trainer.devices=2"]
+
+    def args(root: Path) -> list[str]:
+        return [*recipe_args("ShardData", root, data, workers=2), *ddp]
+
+    reference = subprocess.run(
+        [sys.executable, "-m", PROJECT, *args(tmp_path / "reference")],
+        cwd=TESTS,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    assert "will not be bit-identical" not in reference.stderr
+    result = killed(args(tmp_path / "interrupted"), step=3)
+    assert result.returncode == -signal.SIGKILL, result.stderr[-3000:]
+    resumed = subprocess.run(
+        [sys.executable, "-m", PROJECT, *args(tmp_path / "interrupted"), "--ckpt_path=last"],
+        cwd=TESTS,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    expected, got = final(tmp_path / "reference"), final(tmp_path / "interrupted")
+    assert got["global_step"] == expected["global_step"] == 16  # 2 epochs of 240 rows / 32
+    assert compare_checkpoints(got, expected) is None
 
 
 @pytest.mark.slow

@@ -31,7 +31,7 @@ import lightning as L
 from lightning.pytorch import LightningDataModule, LightningModule
 from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 from lightning.pytorch.utilities.model_helpers import is_overridden
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, IterableDataset
 
 from ..platform.bad_input import check_loader, refuse_empty_training_set
 from ..platform.loaders import as_stateful, class_name, rebuildable, resume_gaps
@@ -94,15 +94,17 @@ class Watched:
                 refuse_empty_training_set(0, "?", "?")
             raise
         rebuilt: list[DataLoader[Any]] = []
-        # Several processes: Lightning rebuilds the loader around its DistributedSampler,
-        # which orders each epoch from its seed and epoch (an epoch boundary resumes
-        # exactly); a rebuilt StatefulDataLoader would fast-forward that sampler before
-        # Lightning sets its epoch. So only a one-process run gets the rebuild, and only
-        # a fit: `validate` alone has no position to resume (nor anything to say about it).
+        # Only a fit gets the rebuild: `validate` alone has no position to resume (nor
+        # anything to say about it). With several processes, Lightning rebuilds a map-style
+        # loader around its DistributedSampler, which orders each epoch from its seed and
+        # epoch (an epoch boundary resumes exactly); a rebuilt StatefulDataLoader would
+        # fast-forward that sampler before Lightning sets its epoch. So there only a loader
+        # over an IterableDataset, which Lightning leaves as it is, is rebuilt.
         trainer = _trainer(self.owner)
-        fitting = trainer is None or (trainer.world_size == 1 and trainer.state.fn == "fit")
+        fitting = trainer is None or trainer.state.fn == "fit"
         if self.hook in FIT_HOOKS and fitting:
-            loaders = _replace_plain(loaders, rebuilt)
+            one_process = trainer is None or trainer.world_size == 1
+            loaders = _replace_plain(loaders, rebuilt, streams_only=not one_process)
         rank = trainer.global_rank if trainer is not None else 0  # what workers are seeded with
         processes = trainer.num_devices if trainer is not None else 1  # on this machine
         for loader in _each(loaders):
@@ -162,15 +164,17 @@ def _trainer(owner: Any) -> Any:
         return None
 
 
-def _replace_plain(loaders: Any, rebuilt: list[DataLoader[Any]]) -> Any:
+def _replace_plain(loaders: Any, rebuilt: list[DataLoader[Any]], streams_only: bool) -> Any:
     """`loaders` with each rebuildable DataLoader (torch's, or a subclass that only sets its
-    arguments, such as PyG's) rebuilt as a StatefulDataLoader."""
+    arguments, such as PyG's) rebuilt as a StatefulDataLoader; `streams_only`: only those
+    over an IterableDataset."""
     if isinstance(loaders, dict):
-        return {key: _replace_plain(value, rebuilt) for key, value in loaders.items()}
+        return {k: _replace_plain(v, rebuilt, streams_only) for k, v in loaders.items()}
     if isinstance(loaders, list | tuple):
-        items = [_replace_plain(value, rebuilt) for value in loaders]
+        items = [_replace_plain(value, rebuilt, streams_only) for value in loaders]
         return type(loaders)(*items) if hasattr(loaders, "_fields") else type(loaders)(items)
-    if rebuildable(loaders):
+    stream = isinstance(getattr(loaders, "dataset", None), IterableDataset)
+    if rebuildable(loaders) and (stream or not streams_only):
         rebuilt.append(loaders)
         return as_stateful(loaders)
     return loaders

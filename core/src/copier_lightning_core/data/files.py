@@ -93,8 +93,9 @@ class FileSamples(Dataset[tuple[Any, int]]):
             raise Refusal(
                 f"sample {index} ({path}, class {self.classes[self.labels[index]]!r}) could "
                 f"not be read: {type(error).__name__}: {error}. Replace the file with a good "
-                f"copy or remove it from {self.root}, then run again; `--ckpt_path last` "
-                "continues from the last checkpoint."
+                "copy, then run again: `--ckpt_path last` continues from the last checkpoint. "
+                f"Removing it from {self.root} changes the list of files, so the split and "
+                "the position a checkpoint saved: start a new run then (no `--ckpt_path`)."
             ) from None
         if self.transform is not None:
             sample = self.transform(sample)
@@ -114,6 +115,12 @@ class FileSamples(Dataset[tuple[Any, int]]):
             name: Subset(self, order[start:stop])
             for name, start, stop in zip(fractions, bounds[:-1], bounds[1:], strict=True)
         }
+        empty = [name for name, subset in splits.items() if not len(subset)]
+        if empty:
+            raise Refusal(
+                f"split {', '.join(map(repr, empty))} of {dict(fractions)} gets no file of "
+                f"the {len(self)} in {self.root}: give it a larger fraction, or add files."
+            )
         self.splits = {"seed": seed, "sizes": {name: len(s) for name, s in splits.items()}}
         return splits
 

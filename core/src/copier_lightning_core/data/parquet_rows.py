@@ -113,7 +113,7 @@ class ParquetRows(IterableDataset[Any]):
         self.shuffle = shuffle
         self.seed = int(torch.initial_seed() if seed is None else seed) % 2**63
         self.filesystem, paths = _resolve(source, filesystem)
-        self.groups = _row_groups(self.filesystem, paths, source)
+        self.groups = _row_groups(self.filesystem, paths, source, self.columns)
         self.total_rows = sum(group.rows for group in self.groups)
         self._epoch = 0  # the epoch of the pass this copy is in (or begins first)
         self._began = False  # a pass of `_epoch` began: the next one reads the next epoch
@@ -332,20 +332,31 @@ def _resolve(source: Any, filesystem: Any) -> tuple[Any, list[str]]:
     return filesystem, paths
 
 
-def _row_groups(filesystem: Any, paths: list[str], source: Any) -> list[RowGroup]:
-    """Every row group of every file, read from the files' footers (no rows are read)."""
+def _row_groups(
+    filesystem: Any, paths: list[str], source: Any, columns: list[str] | None
+) -> list[RowGroup]:
+    """Every row group of every file, read from the files' footers (no rows are read); a
+    column asked for that a file lacks is refused here (pyarrow would leave it out)."""
     pa, _, pq = _pyarrow()
     groups = []
     for path in paths:
         try:
             with filesystem.open_input_file(path) as stream:
                 metadata = pq.ParquetFile(stream).metadata
+            names = metadata.schema.to_arrow_schema().names
         except (OSError, pa.ArrowException) as error:
             raise Refusal(
                 f"{path} is not a readable Parquet file ({type(error).__name__}: {error}); a "
                 "file cut short by an interrupted copy or write has no footer. Write or copy "
                 f"it again, or remove it from {source}, then run again."
             ) from None
+        missing = [name for name in columns or [] if name not in names]
+        if missing:
+            raise Refusal(
+                f"{path} has no column {', '.join(map(repr, missing))}: its columns are "
+                f"{', '.join(map(repr, names))}. Name those in `columns` (or leave it None to "
+                "read them all)."
+            )
         groups += [
             RowGroup(path, index, metadata.row_group(index).num_rows)
             for index in range(metadata.num_row_groups)
@@ -358,13 +369,15 @@ def _numpy_or_list(column: Any) -> Any:
     """A column as numpy (numbers; fixed-size lists of numbers as 2-D), else Python values."""
     pa, _, _ = _pyarrow()
     chunk = column.combine_chunks()
+    # Writable copies (one per row group): arrays over Arrow's buffers are read-only, and
+    # torch.from_numpy warns for each one a transform turns into a tensor.
     if pa.types.is_fixed_size_list(chunk.type) and chunk.null_count == 0:
         width = chunk.type.list_size
-        return chunk.flatten().to_numpy(zero_copy_only=False).reshape(-1, width)
+        return chunk.flatten().to_numpy(zero_copy_only=False, writable=True).reshape(-1, width)
     if (pa.types.is_integer(chunk.type) or pa.types.is_floating(chunk.type)) and (
         chunk.null_count == 0
     ):
-        return chunk.to_numpy(zero_copy_only=False)
+        return chunk.to_numpy(zero_copy_only=False, writable=True)
     return chunk.to_pylist()
 
 
