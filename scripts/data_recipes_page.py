@@ -84,6 +84,9 @@ ROWS = {
     "test_a_missing_source_and_an_unreachable_endpoint_are_one_paragraph": (
         "a missing folder, an unreachable endpoint: one paragraph each"
     ),
+    "test_a_checkpoint_loaded_on_changed_files_names_what_changed": (
+        "a checkpoint loaded on changed files: a fit refused, an evaluation warned, naming what changed"
+    ),
     "test_a_position_saved_for_other_row_groups_is_refused": (
         "a position saved for other row groups: refused, not resumed wrongly"
     ),

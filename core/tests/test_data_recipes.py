@@ -7,6 +7,7 @@ paragraph. The DataModules and the recording model are in recipes.py.
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -410,6 +411,28 @@ def test_ddp_ranks_see_disjoint_samples_covering_the_epoch(kind, strategy, tmp_p
     else:  # the training split: 192 of the 240 files
         assert len(every) == 192 and set(every) < set(range(240))
     assert np.all(np.diff(every) > 0)
+
+
+@pytest.mark.slow
+def test_a_checkpoint_loaded_on_changed_files_names_what_changed(files, tmp_path):
+    """The fingerprint a checkpoint records is compared with the data's when it is loaded:
+    a file removed changes the list, so the split a resumed fit would continue is another
+    (torchdata's sampler then stops with a bare StopIteration): the fit is refused."""
+    data = tmp_path / "data"
+    shutil.copytree(files, data)
+    root = tmp_path / "run"
+    ProjectCLI(args=recipe_args("FileData", root, data, workers=0, epochs=1))
+    next(data.glob("class_0/*.npy")).unlink()
+    args = recipe_args("FileData", root, data, workers=0, epochs=2)
+    with pytest.raises(Refusal) as refused:  # a fit: refused before training
+        ProjectCLI(args=[*args, "--ckpt_path=last"])
+    message = str(refused.value)
+    assert "the data differs from what this checkpoint was trained on" in message
+    assert "files 240 then, 239 now" in message and "files_sha256" in message
+    assert "--init_from" in message
+    evaluate = ["validate", *args[1:], "--ckpt_path=last"]
+    with pytest.warns(UserWarning, match="The data differs from what this checkpoint"):
+        ProjectCLI(args=evaluate)  # evaluating on other data: said, and done
 
 
 # --- memory: a table larger than the memory a run may use ---------------------------------

@@ -25,6 +25,7 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 
 from ..platform.project import LIBRARY, project_package, project_root
+from ..platform.refusal import Refusal
 
 # Recorded fields whose difference is worth a warning when a checkpoint is loaded.
 COMPARED = {
@@ -121,6 +122,31 @@ class CheckpointProvenance(L.Callback):
         self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
     ) -> None:
         checkpoint["provenance"] = self.record
+
+    def on_load_checkpoint(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        """Compare the data with what the checkpoint was trained on (both fingerprints):
+        a fit resumed on other data is refused, since the split and the loader position
+        it would continue belong to the checkpoint's data (with other files they skip,
+        repeat or run past samples); evaluating on other data is warned about."""
+        then = (checkpoint.get("provenance") or {}).get("dataset")
+        now = self.record.get("dataset")
+        if not isinstance(then, dict) or not isinstance(now, dict) or then == now:
+            return
+        changed = sorted(key for key in then.keys() | now.keys() if then.get(key) != now.get(key))
+        what = ", ".join(f"{key} {then.get(key)!r} then, {now.get(key)!r} now" for key in changed)
+        if trainer.state.fn == "fit":
+            raise Refusal(
+                f"the data differs from what this checkpoint was trained on ({what}): a "
+                "resumed fit would continue a split and a loader position that belong to the "
+                "checkpoint's data. Restore that data to resume, or start a new run from "
+                "these weights with `--init_from <checkpoint>` instead of `--ckpt_path`."
+            )
+        rank_zero_warn(
+            f"The data differs from what this checkpoint was trained on ({what}): the "
+            "results are for this data, not the checkpoint's."
+        )
 
 
 def _dataset_fingerprint(trainer: L.Trainer) -> dict[str, Any] | None:

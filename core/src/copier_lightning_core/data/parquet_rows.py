@@ -35,6 +35,7 @@ workers start from the main process's copy and read the first epoch's order agai
 """
 
 import hashlib
+import posixpath
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -188,8 +189,14 @@ class ParquetRows(IterableDataset[Any]):
         return rows - rows % self.batch_size if self.drop_last else rows
 
     def fingerprint(self) -> dict[str, Any]:
-        """What a checkpoint records about the data: the files, their row groups, the seed."""
-        listing = "\n".join(f"{g.path}\t{g.index}\t{g.rows}" for g in self.groups)
+        """What a checkpoint records about the data: the files (named from their common
+        folder, so data moved to another disk or machine is the same data), their row
+        groups and the seed."""
+        paths = sorted({group.path for group in self.groups})
+        top = posixpath.dirname(paths[0]) if len(paths) == 1 else posixpath.commonpath(paths)
+        listing = "\n".join(
+            f"{posixpath.relpath(g.path, top)}\t{g.index}\t{g.rows}" for g in self.groups
+        )
         return {
             "parquet_row_groups_sha256": hashlib.sha256(listing.encode()).hexdigest(),
             "rows": self.total_rows,
