@@ -30,6 +30,7 @@ from copier_lightning_core.callbacks.health import (
     HealthCheckFailed,
     MemoryStats,
     NonFiniteGuard,
+    data_wait,
     nonfinite,
 )
 from copier_lightning_core.callbacks.health.first_batch import _label_problems, image_grid
@@ -769,6 +770,16 @@ def test_a_slow_loader_is_measured_and_gets_a_hint(tmp_path):
     ):
         trainer.fit(ToyRegressor(), train_dataloaders=DataLoader(SlowDataset(0.01), batch_size=8))
     assert trainer.callback_metrics["health/data_wait_fraction"] > 0.5
+
+
+def test_at_the_machines_worker_ceiling_the_hint_is_cheaper_loading(tmp_path, monkeypatch):
+    """With no CPU left for another worker, more workers would only take turns."""
+    monkeypatch.setattr(data_wait, "available_cpus", lambda: 1)
+    trainer = tiny_trainer(tmp_path, [DataWaitMonitor(hint_above=0.5)], limit_val_batches=0)
+    with pytest.warns(UserWarning, match=r"waited for data") as said:
+        trainer.fit(ToyRegressor(), train_dataloaders=DataLoader(SlowDataset(0.01), batch_size=8))
+    (hint,) = [str(w.message) for w in said if "waited for data" in str(w.message)]
+    assert "more DataLoader workers" not in hint and "cheaper loading" in hint
 
 
 # --- memory -----------------------------------------------------------------------------

@@ -8,6 +8,8 @@ from jsonargparse.typing import ClosedUnitInterval
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_warn
 
+from ...platform.loader_rules import available_cpus
+
 
 class DataWaitMonitor(Callback):
     """Logs `health/data_wait_fraction` per epoch: time between steps over the whole epoch.
@@ -64,8 +66,18 @@ class DataWaitMonitor(Callback):
         if fraction > self.hint_above and not self._hinted:
             self._hinted = True
             workers = getattr(trainer.train_dataloader, "num_workers", "?")
+            # More workers than the CPUs left to them only take turns with the training
+            # process: at that ceiling, the hint is the cheaper loading alone.
+            room = available_cpus() // max(trainer.num_devices, 1) - 1
+            more = (
+                "more DataLoader workers (`--data.num_workers`) or a cheaper __getitem__ would "
+                "speed it up"
+                if not isinstance(workers, int) or workers < room
+                else f"{workers} workers already take the CPUs this process may use: cheaper "
+                "loading (decode less per sample, smaller files, data prepared once ahead of "
+                "training) or a machine with more cores would speed it up"
+            )
             rank_zero_warn(
                 f"Training waited for data {100 * fraction:.0f}% of epoch {trainer.current_epoch} "
-                f"(num_workers={workers}): more DataLoader workers (`--data.num_workers`) or "
-                "a cheaper __getitem__ would speed it up."
+                f"(num_workers={workers}): {more}."
             )
