@@ -362,6 +362,9 @@ def test_resuming_with_another_run_length_warns_that_the_schedule_does_not_stret
         ProjectCLI(args=[*args, "--trainer.max_epochs=2"])
     warned = next(str(w.message) for w in longer if "the run's length" in str(w.message))
     assert "--init_from" in warned
+    # Shorter than what is done: one paragraph before any work, not Lightning's traceback.
+    with pytest.raises(Refusal, match=r"max_epochs 1: the checkpoint has 2 epochs done"):
+        ProjectCLI(args=[*args, "--trainer.max_epochs=1"])
 
 
 def test_an_explicit_flag_wins_over_the_checkpoint_for_evaluation(trained, tmp_path, caplog):

@@ -206,6 +206,7 @@ class CheckpointHparams:
         self.saved = _as_model_section({k: v for k, v in taken.items() if k not in recorded})
         self.recorded = {key: value for key, value in taken.items() if key in recorded}
         self.run_length = recorded_run_length(checkpoint)
+        self.epochs_done = _epochs_done(checkpoint)
         if self.data is None:
             _refuse_data_without_record(path, checkpoint, config, self.class_path, self.explicit)
         self.before_config = Namespace(  # type: ignore[no-untyped-call]  # unannotated in jsonargparse
@@ -289,6 +290,15 @@ class CheckpointHparams:
             rank_zero_info("\n".join(lines))
 
     def _warn_if_the_length_changed(self, trainer: Namespace) -> None:
+        max_epochs = trainer.get("max_epochs")
+        if max_epochs not in (None, -1) and self.epochs_done > max_epochs:
+            # Lightning stops the same resume later, with a traceback (its restore_loops).
+            raise Refusal(
+                f"fit --ckpt_path {self.path} --trainer.max_epochs {max_epochs}: the checkpoint "
+                f"has {self.epochs_done} epochs done already, more than the run may train. "
+                f"Give a larger --trainer.max_epochs to train on, or evaluate it as it is "
+                f"(`validate --ckpt_path {self.path}`)."
+            )
         changed = [
             f"{key} {before} -> {trainer.get(key)}"
             for key, before in self.run_length.items()
@@ -315,6 +325,16 @@ class CheckpointHparams:
 
 
 SECTIONS = ("model", "data")
+
+
+def _epochs_done(checkpoint: dict[str, Any]) -> int:
+    """The epochs a fit resumed from `checkpoint` counts as done: what Lightning restores
+    as `current_epoch` (its fit loop's completed epochs), else the saved epoch."""
+    loops = checkpoint.get("loops") or {}
+    try:
+        return int(loops["fit_loop"]["epoch_progress"]["current"]["completed"])
+    except (KeyError, TypeError, ValueError):
+        return int(checkpoint.get("epoch") or 0)
 
 
 def _data_to_rebuild(
