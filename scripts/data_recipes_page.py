@@ -84,6 +84,15 @@ ROWS = {
     "test_a_missing_source_and_an_unreachable_endpoint_are_one_paragraph": (
         "a missing folder, an unreachable endpoint: one paragraph each"
     ),
+    "test_a_ddp_run_streaming_rows_killed_mid_epoch_resumes_bit_exactly": (
+        "DDP on 2 CPU processes, kill -9 mid-epoch, resumed: equal to an uninterrupted DDP run"
+    ),
+    "test_a_column_the_files_lack_is_refused_naming_the_columns_they_have": (
+        "a column the files lack: one paragraph naming the columns they have"
+    ),
+    "test_rows_hold_writable_arrays_that_become_tensors_without_a_warning": (
+        "rows hold writable arrays: a transform's torch.from_numpy warns nothing"
+    ),
     "test_a_checkpoint_loaded_on_changed_files_names_what_changed": (
         "a checkpoint loaded on changed files: a fit refused, an evaluation warned, naming what changed"
     ),
