@@ -37,7 +37,7 @@ the generated README's "Data as you have it" shows:
 - **table / shards**: `ParquetRows`, Parquet files read a row group at a time, block-shuffled
   each epoch, an equal disjoint part per DDP rank and loader worker; 3 shards of 4 row
   groups of 40 rows, from a folder and from a bucket of an S3-compatible server (moto's, on
-  localhost); the memory row uses a table of 64 KiB rows.
+  localhost); the memory rows use 64 KiB rows and 1 MiB files.
 
 A mark is a test that ran and passed in the run below; a cross, one that failed; a dash,
 one that did not run.
@@ -49,7 +49,10 @@ ROWS = {
         "kill -9 mid-epoch, resumed: last checkpoint equal to an uninterrupted run's"
     ),
     "test_a_run_streaming_from_a_bucket_killed_mid_epoch_resumes_bit_exactly": (
-        "the same, streaming from the bucket with 2 workers"
+        "the same, streaming from the bucket"
+    ),
+    "test_ddp_ranks_streaming_from_a_bucket_see_disjoint_rows_covering_the_epoch": (
+        "DDP on 2 CPU processes streaming from the bucket: disjoint rows covering the epoch"
     ),
     "test_a_loader_restored_mid_epoch_gives_exactly_the_rows_left": (
         "a StatefulDataLoader restored mid-epoch gives exactly the rows left, then the next epoch"
@@ -72,8 +75,8 @@ ROWS = {
     "test_shards_in_a_bucket_read_as_from_a_folder": (
         "shards in a bucket give the folder's rows, 2 workers in one process's order"
     ),
-    "test_a_table_four_times_the_memory_limit_trains_in_the_memory_of_a_small_one": (
-        "a table 4 times a memory limit (a small run's peak + 10 %) trains under it"
+    "test_data_four_times_the_memory_limit_trains_in_the_memory_of_a_small_set": (
+        "data 4 times a memory limit (a small run's peak + 10 %) trains under it"
     ),
     "test_a_truncated_shard_is_named_before_any_row_is_read": (
         "a truncated shard: one paragraph naming it, before any row is read"

@@ -213,3 +213,16 @@ def write_wide_shards(folder: Path, rows: int, width: int, row_group: int, shard
                 target = pa.array(values[:, 1:9].sum(axis=1), type=pa.float32())
                 writer.write_table(pa.Table.from_arrays([features, target], schema=schema))
     return sum(path.stat().st_size for path in folder.glob("*.parquet"))
+
+
+def write_wide_files(folder: Path, count: int, width: int, classes: int = 2) -> int:
+    """`count` `.npy` files of an id and `width` random float32 features, in class folders,
+    ids running across the classes. Bytes on disk."""
+    rng = np.random.default_rng(0)
+    for sample_id in range(count):
+        label = sample_id * classes // count
+        (folder / f"class_{label}").mkdir(parents=True, exist_ok=True)
+        values = rng.random(width + 1, dtype=np.float32)
+        values[0] = sample_id
+        np.save(folder / f"class_{label}" / f"{sample_id:06d}.npy", values)
+    return sum(path.stat().st_size for path in folder.rglob("*.npy"))
