@@ -95,6 +95,12 @@ class ShardData(L.LightningDataModule):
     def val_dataloader(self) -> DataLoader:
         return self._loader(shuffle=False)
 
+    def test_dataloader(self) -> DataLoader:
+        return self._loader(shuffle=False)
+
+    def predict_dataloader(self) -> DataLoader:
+        return self._loader(shuffle=False)
+
     def fingerprint(self) -> dict:
         return ParquetRows(self.hparams.folder).fingerprint()
 
@@ -185,6 +191,12 @@ class RecordingRegressor(L.LightningModule):
 
     def validation_step(self, batch, batch_idx: int) -> None:
         self.log("val/loss", self._loss(batch), sync_dist=True)
+
+    def test_step(self, batch, batch_idx: int) -> None:
+        self.log("test/loss", self._loss(batch), sync_dist=True)
+
+    def predict_step(self, batch, batch_idx: int) -> torch.Tensor:
+        return self(batch[0])
 
     def on_fit_end(self) -> None:
         root = Path(self.trainer.default_root_dir)
