@@ -69,6 +69,7 @@ ROWS = {
     "test_each_row_group_is_read_once_an_epoch_though_batches_cut_through_it": (
         "each row group read once an epoch"
     ),
+    "test_one_table_file_is_a_source_as_a_folder_is": ("one table file is a source as a folder is"),
     "test_each_epoch_reads_a_new_block_shuffled_order_and_unshuffled_reads_in_file_order": (
         "a new block-shuffled order each epoch; unshuffled, file order"
     ),

@@ -104,6 +104,14 @@ def test_each_row_group_is_read_once_an_epoch_though_batches_cut_through_it(shar
     assert len(reads) == 12
 
 
+def test_one_table_file_is_a_source_as_a_folder_is(shards):
+    table = shards / "shard-001.parquet"
+    rows = ParquetRows(table, transform=as_pair, shuffle=False)
+    assert [g.index for g in rows.groups] == [0, 1, 2, 3] and rows.total_rows == 160
+    assert ids_of(DataLoader(rows, batch_size=40)) == list(range(160, 320))
+    assert rows.fingerprint()["rows"] == 160
+
+
 def test_each_epoch_reads_a_new_block_shuffled_order_and_unshuffled_reads_in_file_order(shards):
     rows = ParquetRows(shards, transform=as_pair, seed=0)
     epochs = [ids_of(DataLoader(rows, batch_size=40)) for _ in range(2)]
