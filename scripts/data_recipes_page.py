@@ -52,7 +52,7 @@ ROWS = {
         "the same, streaming from the bucket"
     ),
     "test_ddp_ranks_streaming_from_a_bucket_see_disjoint_rows_covering_the_epoch": (
-        "DDP on 2 CPU processes streaming from the bucket: disjoint rows covering the epoch"
+        "DDP and FSDP2 on 2 CPU processes streaming from the bucket: disjoint rows covering the epoch"
     ),
     "test_a_loader_restored_mid_epoch_gives_exactly_the_rows_left": (
         "a StatefulDataLoader restored mid-epoch gives exactly the rows left, then the next epoch"

@@ -594,8 +594,9 @@ def test_a_run_streaming_from_a_bucket_killed_mid_epoch_resumes_bit_exactly(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
 def test_ddp_ranks_streaming_from_a_bucket_see_disjoint_rows_covering_the_epoch(
-    bucket, s3_credentials, tmp_path
+    bucket, s3_credentials, tmp_path, strategy
 ):
-    every = samples_seen_by_two_ranks("ShardData", bucket, "ddp", tmp_path / "run")
+    every = samples_seen_by_two_ranks("ShardData", bucket, strategy, tmp_path / "run")
     assert every == list(range(ROWS))
