@@ -7,6 +7,9 @@ project's example model: each flavour names its module, its data and the metric 
 checkpoints are judged by.
 """
 
+import json
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -163,3 +166,19 @@ def planned(command: str, *args: str) -> tuple[RunPlan, Namespace]:
         config: Namespace = parsed.args[0][command]
         return plan_run(command, config, list(args)), config
     raise AssertionError("ProjectCLI returned without parsing")
+
+
+def killed_run(args: list[str], point: str, step: int) -> subprocess.CompletedProcess[str]:
+    """`python -m <project> ARGS` in the tests' folder (their modules import by name), with
+    the library's KillAt stopping it at `point` of global step `step` (SIGKILL)."""
+    killer = {
+        "class_path": "copier_lightning_core.testing.interrupts.KillAt",
+        "init_args": {"point": point, "step": step},
+    }
+    return subprocess.run(
+        [sys.executable, "-m", PROJECT, *args, f"--trainer.callbacks+={json.dumps(killer)}"],
+        cwd=Path(__file__).parent,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )

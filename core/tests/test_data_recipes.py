@@ -5,7 +5,6 @@ ranks that see disjoint samples covering the epoch, and a damaged sample named i
 paragraph. The DataModules and the recording model are in recipes.py.
 """
 
-import json
 import os
 import shutil
 import signal
@@ -27,7 +26,7 @@ from copier_lightning_core.cli import ProjectCLI
 from copier_lightning_core.platform.loaders import resume_gaps
 from copier_lightning_core.tools.determinism import compare_checkpoints
 from copier_lightning_core.tools.doctor.command import main as doctor
-from harness import FAST, PROJECT
+from harness import FAST, PROJECT, killed_run
 from recipes import as_pair, write_files, write_shards, write_wide_files, write_wide_shards
 
 TESTS = Path(__file__).parent
@@ -297,20 +296,6 @@ def recipe_args(kind: str, root: Path, data: Path, workers: int, epochs: int = 2
     ]
 
 
-def killed(args: list[str], step: int) -> subprocess.CompletedProcess:
-    killer = {
-        "class_path": "copier_lightning_core.testing.interrupts.KillAt",
-        "init_args": {"point": "train_batch", "step": step},
-    }
-    return subprocess.run(
-        [sys.executable, "-m", PROJECT, *args, f"--trainer.callbacks+={json.dumps(killer)}"],
-        cwd=TESTS,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-
-
 def final(root: Path) -> dict:
     return torch.load(root / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
 
@@ -346,7 +331,7 @@ def test_a_run_killed_mid_epoch_resumes_bit_exactly(kind, workers, tmp_path, uni
     data, expected = uninterrupted(kind, workers)
     interrupted = tmp_path / "interrupted"
     args = recipe_args(kind, interrupted, data, workers)
-    result = killed(args, step=5)
+    result = killed_run(args, "train_batch", 5)
     assert result.returncode == -signal.SIGKILL, result.stderr[-3000:]
     ProjectCLI(args=[*args, "--ckpt_path=last"])
     resumed = final(interrupted)
@@ -375,7 +360,7 @@ def test_a_ddp_run_streaming_rows_killed_mid_epoch_resumes_bit_exactly(tmp_path)
     )
     assert reference.returncode == 0, reference.stderr[-3000:]
     assert "will not be bit-identical" not in reference.stderr
-    result = killed(args(tmp_path / "interrupted"), step=3)
+    result = killed_run(args(tmp_path / "interrupted"), "train_batch", 3)
     assert result.returncode == -signal.SIGKILL, result.stderr[-3000:]
     resumed = subprocess.run(
         [sys.executable, "-m", PROJECT, *args(tmp_path / "interrupted"), "--ckpt_path=last"],
@@ -585,7 +570,7 @@ def test_a_run_streaming_from_a_bucket_killed_mid_epoch_resumes_bit_exactly(
     ProjectCLI(args=recipe_args("ShardData", reference, bucket, workers=workers))
     interrupted = tmp_path / "interrupted"
     args = recipe_args("ShardData", interrupted, bucket, workers=workers)
-    result = killed(args, step=5)
+    result = killed_run(args, "train_batch", 5)
     assert result.returncode == -signal.SIGKILL, result.stderr[-3000:]
     ProjectCLI(args=[*args, "--ckpt_path=last"])
     resumed, expected = final(interrupted), final(reference)

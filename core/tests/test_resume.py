@@ -31,7 +31,7 @@ from copier_lightning_core.cli import ProjectCLI
 from copier_lightning_core.platform.paths import default_config
 from copier_lightning_core.testing.interrupts import signal_at
 from copier_lightning_core.tools.determinism import compare_checkpoints
-from harness import FLAVOURS, PROJECT
+from harness import FLAVOURS, PROJECT, killed_run
 
 TESTS = Path(__file__).parent
 STEPS = 16  # 2 epochs of 256 / 32 batches
@@ -74,21 +74,6 @@ def fit_args(root: Path, config: Path, workers: int = 2) -> list[str]:
         f"--data.num_workers={workers}",
         "--test_after_fit=false",
     ]
-
-
-def killed_run(args: list[str], point: str, step: int):
-    killer = {
-        "class_path": "copier_lightning_core.testing.interrupts.KillAt",
-        "init_args": {"point": point, "step": step},
-    }
-    command = [sys.executable, "-m", PROJECT, *args]
-    return subprocess.run(
-        [*command, f"--trainer.callbacks+={json.dumps(killer)}"],
-        cwd=TESTS,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
 
 
 def final_state(root: Path) -> dict:
