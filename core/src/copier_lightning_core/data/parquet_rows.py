@@ -116,6 +116,11 @@ class ParquetRows(IterableDataset[Any]):
         self.filesystem, paths = _resolve(source, filesystem)
         self.groups = _row_groups(self.filesystem, paths, source, self.columns)
         self.total_rows = sum(group.rows for group in self.groups)
+        # What a saved position depends on: the row groups' sizes in order and the shuffle
+        # (not the files' paths, which a resume on another machine may change). Hashed once:
+        # torchdata asks every worker for its state after each batch.
+        sizes = ",".join(str(group.rows) for group in self.groups)
+        self._layout = hashlib.sha256(f"{sizes};{self.seed};{shuffle}".encode()).hexdigest()
         self._epoch = 0  # the epoch of the pass this copy is in (or begins first)
         self._began = False  # a pass of `_epoch` began: the next one reads the next epoch
         self._given = 0  # rows this copy gave in that pass
@@ -203,12 +208,6 @@ class ParquetRows(IterableDataset[Any]):
             "shuffle_seed": self.seed if self.shuffle else None,
         }
 
-    def _layout(self) -> str:
-        """The row groups' sizes in order, and the seed: what a saved position depends on
-        (not the files' paths, which a resume on another machine may change)."""
-        sizes = ",".join(str(group.rows) for group in self.groups)
-        return hashlib.sha256(f"{sizes};{self.seed};{self.shuffle}".encode()).hexdigest()
-
     # -- iterating -----------------------------------------------------------------------
 
     def __iter__(self) -> Iterator[Any]:
@@ -284,10 +283,10 @@ class ParquetRows(IterableDataset[Any]):
     # -- the position, for StatefulDataLoader --------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self._epoch, "given": self._given, "layout": self._layout()}
+        return {"epoch": self._epoch, "given": self._given, "layout": self._layout}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        if state.get("layout") != self._layout():
+        if state.get("layout") != self._layout:
             raise Refusal(
                 f"the checkpoint's position in {self.source} was saved for Parquet files of "
                 "other row groups, or another shuffle seed: resuming would skip or repeat "
