@@ -73,7 +73,25 @@ fi
 torch_pin="$(mktemp)"
 "$py" -c "import torch; print('torch==' + torch.__version__.split('+')[0])" >"$torch_pin"
 "$py" -m pip install -q --group test -c "$torch_pin"
-rm -f "$torch_pin"
+# The conformance matrix's architectures (the `zoo` group: transformers, peft, torch_geometric,
+# MONAI) go into .venv/zoo, off the default path; the tests that build them add it to theirs
+# (tests/conftest.py, zoo_on_path). Installed where .venv sees them, they would cost every
+# process of the suite about 1 s at `import lightning` (torchmetrics imports transformers
+# when it is installed). pip, told the zoo is on the path, reports what is still missing,
+# the zoo's own dependencies included; exactly that goes into the folder, nothing twice.
+zoo="$PWD/.venv/zoo"
+zoo_report="$(mktemp)"
+PYTHONPATH="$zoo" "$py" -m pip install -q --dry-run --report "$zoo_report" --group zoo -c "$torch_pin"
+zoo_missing=$("$py" -c '
+import json, sys
+for item in json.load(open(sys.argv[1]))["install"]:
+    print(item["metadata"]["name"] + "==" + item["metadata"]["version"])
+' "$zoo_report")
+if [ -n "$zoo_missing" ]; then
+  # shellcheck disable=SC2086  # a requirement per word
+  "$py" -m pip install -q --no-deps --upgrade --target "$zoo" $zoo_missing
+fi
+rm -f "$torch_pin" "$zoo_report"
 # The projects' run library, built from this checkout (core/) and installed editable, so
 # the renders' pin `copier-lightning-core~=X.Y.Z` is met without a release on the index
 # and a change under core/ is what the next command runs. Its dependencies are in the

@@ -28,6 +28,10 @@ from scaffold import (  # noqa: E402  (the benchmarks' scaffolding, shared with 
 )
 
 PYTHON_THIS_MACHINE = f"{sys.version_info.major}.{sys.version_info.minor}"
+# The conformance matrix's architectures (transformers, peft, torch_geometric, MONAI), which
+# scripts/venv.sh installs into a folder of the virtualenv off the default path: installed
+# where every process sees them, transformers adds about 1 s to each `import lightning`.
+ZOO = Path(sys.prefix) / "zoo"
 
 # One render per answer set, shared by the whole run (every worker of a parallel one). The
 # INSTALLABLE renders are installed (--no-deps) into this interpreter and run their own
@@ -179,12 +183,23 @@ def installed(rendered, shared: Path):
     update(leave)
 
 
-def assert_project_tests_pass(project: Path, *pytest_args: str) -> str:
-    """Run a generated project's own test suite with this interpreter; it must pass. Its output."""
+def with_zoo(env: dict[str, str]) -> dict[str, str]:
+    """`env` with the zoo (ZOO) first on PYTHONPATH, for processes that build its models. A
+    virtualenv without the folder has them installed where it sees them, or not at all."""
+    if not ZOO.is_dir():
+        return env
+    return {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(ZOO), env.get("PYTHONPATH")]))}
+
+
+def assert_project_tests_pass(project: Path, *pytest_args: str, zoo: bool = False) -> str:
+    """Run a generated project's own test suite with this interpreter; it must pass. Its output.
+
+    `zoo`: with the conformance matrix's architectures importable (with_zoo)."""
+    env = {**os.environ, "WANDB_MODE": "offline"}
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args],
         cwd=project,
-        env={**os.environ, "WANDB_MODE": "offline"},
+        env=with_zoo(env) if zoo else env,
         capture_output=True,
         text=True,
     )
@@ -193,11 +208,11 @@ def assert_project_tests_pass(project: Path, *pytest_args: str) -> str:
     return result.stdout
 
 
-def library_tests_pass(project: Path, *pytest_args: str) -> str:
+def library_tests_pass(project: Path, *pytest_args: str, zoo: bool = False) -> str:
     """Run the library's suite (core/tests) with a generated project as its working folder,
     which is how it finds the project's configs; it must pass. Its output."""
     settings = ["-c", str(LIBRARY / "pyproject.toml"), "--rootdir", str(LIBRARY)]
-    return assert_project_tests_pass(project, *settings, *pytest_args)
+    return assert_project_tests_pass(project, *settings, *pytest_args, zoo=zoo)
 
 
 def project_command(project: Path, package: str, *args: str) -> subprocess.CompletedProcess:

@@ -49,7 +49,7 @@ import torch
 from copier_lightning_core.testing.conformance import CELLS, conformance_requested, run_cell
 from copier_lightning_core.testing.matrix import Arch, Matrix
 
-from conftest import REPO, render
+from conftest import REPO, ZOO, render, with_zoo
 from scaffold import git, install_editable, package_name, uninstall
 
 USER_FILES = Path(__file__).parent / "conformance"
@@ -116,7 +116,9 @@ def matrix(template, tmp_path_factory, request):
     git(project, "add", "-A")
     git(project, "commit", "-q", "--no-verify", "-m", "real architectures of my own")
     install_editable(project)
-    sys.path.insert(0, str(project / "src"))
+    # The architectures' packages, here (cells run in this process) and in the cells' commands.
+    paths = [str(project / "src"), *([str(ZOO)] if ZOO.is_dir() else [])]
+    sys.path[:0] = paths
     archs = {
         arch: Arch(
             configs=(configs / f"{arch}.yaml",),
@@ -127,11 +129,13 @@ def matrix(template, tmp_path_factory, request):
         for arch in ARCHS
     }
     matrix = Matrix(project, tmp_path_factory.mktemp("cells"), archs)
+    matrix.env = with_zoo(matrix.env)
     started = time.perf_counter()
     yield matrix
-    sys.path.remove(str(project / "src"))
-    uninstall(package)
     write_results(matrix.results, request.config, time.perf_counter() - started, commit)
+    for path in paths:
+        sys.path.remove(path)
+    uninstall(package)
 
 
 def rendered_commit() -> str:
