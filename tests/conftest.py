@@ -66,6 +66,10 @@ ONE_WORKER = {
     "tests/test_benchmarks.py::": "benchmarks",
     "tests/test_update.py::test_update_brings_template_fixes_and_keeps_user_edits": "update",
     "tests/test_update.py::test_an_updated_projects_runs_default_resumes_": "update",
+    # Two strict mypy runs over torch and Lightning (about 50 s cold each), both for Python
+    # 3.10: one after the other, the second reads the first's analysis from mypy_cache.
+    "tests/test_conventions.py::test_mypy_is_clean_on_what_it_is_given": "mypy",
+    "tests/test_library.py::test_ruff_and_strict_mypy_are_clean_on_the_library": "mypy",
 }
 
 
@@ -118,6 +122,12 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder of this run that every pytest-xdist worker sees (without xdist: the basetemp)."""
     basetemp = tmp_path_factory.getbasetemp()  # a worker's: <the run's basetemp>/popen-gwN
     return basetemp.parent if os.environ.get("PYTEST_XDIST_WORKER") else basetemp
+
+
+@pytest.fixture(scope="session")
+def mypy_cache(shared: Path) -> Path:
+    """mypy's cache for this run: the library's check and a render's share it (ONE_WORKER)."""
+    return shared / "mypy-cache"
 
 
 @pytest.fixture(scope="session")
