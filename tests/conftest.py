@@ -7,6 +7,7 @@ checkout: what is tested is exactly the working tree.
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -213,9 +214,21 @@ def assert_project_tests_pass(project: Path, *pytest_args: str, zoo: bool = Fals
         capture_output=True,
         text=True,
     )
-    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    assert result.returncode == 0, what_failed(result.stdout) + result.stderr[-3000:]
     assert " passed" in result.stdout.splitlines()[-1]
     return result.stdout
+
+
+def what_failed(output: str) -> str:
+    """What a failed pytest run printed about its failures: the end of its FAILURES and
+    ERRORS sections, then its last lines. Its last lines alone are mostly the warnings
+    summary, which hid the inner traceback of a failed library part."""
+    sections = re.search(
+        r"^=+ (?:FAILURES|ERRORS) =+$.*?(?=^=+ (?:warnings summary|short test summary info) =+$)",
+        output,
+        re.MULTILINE | re.DOTALL,
+    )
+    return (sections.group(0)[-8000:] + "\n...\n" if sections else "") + output[-2000:]
 
 
 def library_tests_pass(project: Path, *pytest_args: str, zoo: bool = False) -> str:
