@@ -75,7 +75,7 @@ torch_pin="$(mktemp)"
 "$py" -m pip install -q --group test -c "$torch_pin"
 # The conformance matrix's architectures (the `zoo` group: transformers, peft, torch_geometric,
 # MONAI) go into .venv/zoo, off the default path; the tests that build them add it to theirs
-# (tests/conftest.py, zoo_on_path). Installed where .venv sees them, they would cost every
+# (tests/conftest.py: ZOO, with_zoo). Installed where .venv sees them, they would cost every
 # process of the suite about 1 s at `import lightning` (torchmetrics imports transformers
 # when it is installed). pip, told the zoo is on the path, reports what is still missing,
 # the zoo's own dependencies included; exactly that goes into the folder, nothing twice.

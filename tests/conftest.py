@@ -33,6 +33,9 @@ PYTHON_THIS_MACHINE = f"{sys.version_info.major}.{sys.version_info.minor}"
 # scripts/venv.sh installs into a folder of the virtualenv off the default path: installed
 # where every process sees them, transformers adds about 1 s to each `import lightning`.
 ZOO = Path(sys.prefix) / "zoo"
+# The zoo as path entries: none in a virtualenv without the folder, which has the zoo's
+# packages installed where it sees them, or not at all.
+ZOO_PATH = [str(ZOO)] if ZOO.is_dir() else []
 
 # One render per answer set, shared by the whole run (every worker of a parallel one). The
 # INSTALLABLE renders are installed (--no-deps) into this interpreter and run their own
@@ -195,11 +198,10 @@ def installed(rendered, shared: Path):
 
 
 def with_zoo(env: dict[str, str]) -> dict[str, str]:
-    """`env` with the zoo (ZOO) first on PYTHONPATH, for processes that build its models. A
-    virtualenv without the folder has them installed where it sees them, or not at all."""
-    if not ZOO.is_dir():
+    """`env` with the zoo (ZOO_PATH) first on PYTHONPATH, for processes that build its models."""
+    if not ZOO_PATH:
         return env
-    return {**env, "PYTHONPATH": os.pathsep.join(filter(None, [str(ZOO), env.get("PYTHONPATH")]))}
+    return {**env, "PYTHONPATH": os.pathsep.join(filter(None, [*ZOO_PATH, env.get("PYTHONPATH")]))}
 
 
 def assert_project_tests_pass(project: Path, *pytest_args: str, zoo: bool = False) -> str:

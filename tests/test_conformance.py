@@ -49,7 +49,7 @@ import torch
 from copier_lightning_core.testing.conformance import CELLS, conformance_requested, run_cell
 from copier_lightning_core.testing.matrix import Arch, Matrix
 
-from conftest import REPO, ZOO, render, with_zoo
+from conftest import REPO, ZOO_PATH, render, with_zoo
 from scaffold import git, install_editable, package_name, uninstall
 
 USER_FILES = Path(__file__).parent / "conformance"
@@ -117,7 +117,7 @@ def matrix(template, tmp_path_factory, request):
     git(project, "commit", "-q", "--no-verify", "-m", "real architectures of my own")
     install_editable(project)
     # The architectures' packages, here (cells run in this process) and in the cells' commands.
-    paths = [str(project / "src"), *([str(ZOO)] if ZOO.is_dir() else [])]
+    paths = [str(project / "src"), *ZOO_PATH]
     sys.path[:0] = paths
     archs = {
         arch: Arch(
