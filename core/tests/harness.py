@@ -21,6 +21,7 @@ from copier_lightning_core.cli import ProjectCLI, main
 from copier_lightning_core.platform.project import SETTINGS_TABLE, project_package, project_root
 from copier_lightning_core.platform.refusal import Refusal
 from copier_lightning_core.run.run_plan import RunPlan, plan_run
+from copier_lightning_core.testing import launch
 
 NO_PROJECT = (
     "the library's tests run inside a project rendered by the copier-lightning template: they "
@@ -175,10 +176,7 @@ def killed_run(args: list[str], point: str, step: int) -> subprocess.CompletedPr
         "class_path": "copier_lightning_core.testing.interrupts.KillAt",
         "init_args": {"point": point, "step": step},
     }
-    return subprocess.run(
+    return launch.run(
         [sys.executable, "-m", PROJECT, *args, f"--trainer.callbacks+={json.dumps(killer)}"],
         cwd=Path(__file__).parent,
-        capture_output=True,
-        text=True,
-        timeout=600,
     )

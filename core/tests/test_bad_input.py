@@ -11,7 +11,6 @@ import os
 import re
 import shutil
 import stat
-import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -30,6 +29,7 @@ from copier_lightning_core.platform.loaders import LoaderOptions
 from copier_lightning_core.platform.refusal import Refusal
 from copier_lightning_core.run import run_folders
 from copier_lightning_core.run.resolve import resolve_config
+from copier_lightning_core.testing import launch
 from copier_lightning_core.tools.doctor import CHECKS
 from copier_lightning_core.tools.doctor.command import main as doctor
 from copier_lightning_core.tools.doctor.context import Context, Machine
@@ -123,7 +123,7 @@ def test_a_truncated_checkpoint_from_the_shell_is_one_paragraph_without_tracebac
         f"--trainer.default_root_dir={tmp_path / 'run'}",
         f"--ckpt_path={bad_files['truncated']}",
     ]
-    result = subprocess.run(command, cwd=TESTS, capture_output=True, text=True, timeout=300)
+    result = launch.run(command, cwd=TESTS, timeout=300)
     assert result.returncode == 1
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
     assert result.stderr.strip().splitlines()[-1].startswith("error: ")
@@ -460,13 +460,8 @@ def test_a_yaml_alias_bomb_is_refused_at_once_not_expanded(kind, tmp_path):
         spec = ["slurm:", "  additional_parameters:", *nested, "space:", f"  model.dim: {choices}"]
         path.write_text("\n".join(spec) + "\n")
         args = ["sweep", str(path), "--dir", str(tmp_path / "sweep")]
-    result = subprocess.run(
-        [sys.executable, "-m", PROJECT, *args],
-        cwd=TESTS,
-        capture_output=True,
-        text=True,
-        timeout=60,  # refused in seconds; expanded, it never ends
-    )
+    # Refused in seconds; expanded, it never ends.
+    result = launch.run([sys.executable, "-m", PROJECT, *args], cwd=TESTS, timeout=60)
     assert result.returncode == 1
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
     last = result.stderr.strip().splitlines()[-1]
@@ -501,7 +496,7 @@ def test_an_optimizer_value_torch_refuses_is_one_paragraph_before_work(tmp_path)
     root = tmp_path / "run"
     command = [sys.executable, "-m", PROJECT, "fit", "--model.optimizer.lr", "-1"]
     command += [f"--trainer.default_root_dir={root}"]
-    result = subprocess.run(command, cwd=TESTS, capture_output=True, text=True, timeout=300)
+    result = launch.run(command, cwd=TESTS, timeout=300)
     assert result.returncode == 1
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
     last = result.stderr.strip().splitlines()[-1]

@@ -25,6 +25,7 @@ from copier_lightning_core.checkpoints.summary import SUMMARY
 from copier_lightning_core.cli import ProjectCLI
 from copier_lightning_core.run import run_record
 from copier_lightning_core.run.run_record import RunRecord, read_metrics, read_run
+from copier_lightning_core.testing import launch
 from copier_lightning_core.tools.compare import compare
 from copier_lightning_core.tools.compare.table import flat_config
 from copier_lightning_core.tools.compare.table import rows as table_rows
@@ -338,7 +339,7 @@ def test_a_resumed_fit_continues_its_mlflow_run(tmp_path):
     ]  # fmt: skip
     for extra in (["--trainer.max_epochs=1"], ["--trainer.max_epochs=2", "--ckpt_path=last"]):
         command = [sys.executable, "-m", PROJECT, "fit", *words, *extra]
-        result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+        result = launch.run(command, env=env, timeout=600)
         assert result.returncode == 0, result.stderr[-3000:]
     from mlflow.tracking import MlflowClient
 

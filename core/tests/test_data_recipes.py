@@ -24,6 +24,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from copier_lightning_core import FileSamples, ParquetRows, Refusal
 from copier_lightning_core.cli import ProjectCLI
 from copier_lightning_core.platform.loaders import resume_gaps
+from copier_lightning_core.testing import launch
 from copier_lightning_core.tools.determinism import compare_checkpoints
 from copier_lightning_core.tools.doctor.command import main as doctor
 from harness import FAST, PROJECT, killed_run
@@ -351,22 +352,16 @@ def test_a_ddp_run_streaming_rows_killed_mid_epoch_resumes_bit_exactly(tmp_path)
     def args(root: Path) -> list[str]:
         return [*recipe_args("ShardData", root, data, workers=2), *ddp]
 
-    reference = subprocess.run(
-        [sys.executable, "-m", PROJECT, *args(tmp_path / "reference")],
-        cwd=TESTS,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    reference = launch.run(
+        [sys.executable, "-m", PROJECT, *args(tmp_path / "reference")], cwd=TESTS, timeout=600
     )
     assert reference.returncode == 0, reference.stderr[-3000:]
     assert "will not be bit-identical" not in reference.stderr
     result = killed_run(args(tmp_path / "interrupted"), "train_batch", 3)
     assert result.returncode == -signal.SIGKILL, result.stderr[-3000:]
-    resumed = subprocess.run(
+    resumed = launch.run(
         [sys.executable, "-m", PROJECT, *args(tmp_path / "interrupted"), "--ckpt_path=last"],
         cwd=TESTS,
-        capture_output=True,
-        text=True,
         timeout=600,
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -392,13 +387,7 @@ def samples_seen_by_two_ranks(kind: str, data: Path | str, strategy: str, root: 
     args = recipe_args(kind, root, data, workers=2, epochs=1)
     preset = Path("configs/presets") / f"{strategy}.yaml"
     args = [*args, f"--config={preset.resolve()}", "--trainer.devices=2"]
-    result = subprocess.run(
-        [sys.executable, "-m", PROJECT, *args],
-        cwd=TESTS,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    result = launch.run([sys.executable, "-m", PROJECT, *args], cwd=TESTS, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     seen = [
         [int(line) for line in (root / f"ids-rank{rank}.txt").read_text().split()]

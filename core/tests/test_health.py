@@ -5,7 +5,6 @@ import logging
 import math
 import os
 import re
-import subprocess
 import sys
 import time
 import warnings
@@ -37,6 +36,7 @@ from copier_lightning_core.callbacks.health.first_batch import _label_problems, 
 from copier_lightning_core.cli import ProjectCLI
 from copier_lightning_core.platform.loaders import LoaderOptions
 from copier_lightning_core.platform.project import project_root
+from copier_lightning_core.testing import launch
 from harness import FAST, FLAVOURS, PROJECT
 from toy import ToyRegressor, ToySequenceData, ToyTabularData
 
@@ -173,7 +173,7 @@ def test_with_a_copy_an_absurd_learning_rate_stops_the_run_with_the_weights_from
 @pytest.mark.slow
 def test_divergence_exits_non_zero_from_the_command_line(tmp_path):
     python_path = os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))
-    result = subprocess.run(
+    result = launch.run(
         [
             sys.executable,
             "-m",
@@ -188,8 +188,6 @@ def test_divergence_exits_non_zero_from_the_command_line(tmp_path):
         ],
         cwd=project_root(),
         env={**os.environ, "PYTHONPATH": python_path},  # the toys are importable
-        capture_output=True,
-        text=True,
     )
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1].startswith("error: training diverged")

@@ -5,7 +5,6 @@ by `training_step`, and `trainer.global_step` counting two optimizer steps per b
 import logging
 import math
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from copier_lightning_core.callbacks.health import (
 )
 from copier_lightning_core.cli import ProjectCLI
 from copier_lightning_core.platform.project import project_root
+from copier_lightning_core.testing import launch
 from harness import FAST, PROJECT
 from toy import ToyGAN, ToyPoints
 
@@ -69,7 +69,7 @@ def test_ddp_preset_trains_a_module_with_two_optimizers_on_two_cpu_processes(tmp
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
     }
-    result = subprocess.run(args, cwd=project_root(), env=env, capture_output=True, text=True)
+    result = launch.run(args, cwd=project_root(), env=env)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     assert output.count("find_unused_parameters=True, as ToyGAN optimizes manually") == 1, output

@@ -27,6 +27,7 @@ from copier_lightning_core.checkpoints.checkpoint_io import AtomicCheckpointIO
 from copier_lightning_core.cli import ProjectCLI
 from copier_lightning_core.platform.paths import default_config
 from copier_lightning_core.platform.project import project_root
+from copier_lightning_core.testing import launch
 from harness import FAST, FLAVOURS, PROJECT, Run
 from probes import probe_arg, read_probes
 from toy import ToyRegressor
@@ -299,9 +300,7 @@ def subprocess_env(**extra: str) -> dict[str, str]:
 
 
 def run_command(args: list[str], **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        args, cwd=project_root(), env=subprocess_env(**env), capture_output=True, text=True
-    )
+    return launch.run(args, cwd=project_root(), env=subprocess_env(**env))
 
 
 def files_under(root: Path) -> list[Path]:

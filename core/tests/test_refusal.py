@@ -16,6 +16,7 @@ from copier_lightning_core import Refusal
 from copier_lightning_core.checkpoints.load import load_checkpoint
 from copier_lightning_core.platform.paths import RunLayout
 from copier_lightning_core.platform.project import project_root
+from copier_lightning_core.testing import launch
 from faulty_data import DAMAGED, DamagedSamples, RefuseAtStep, RefusingSetupData
 from harness import FAST, FLAVOURS, PROJECT, refusal_of_main
 
@@ -107,12 +108,7 @@ def test_a_refusal_deep_in_a_command_ends_the_process_with_its_paragraph_and_sta
 ):
     missing = str(tmp_path / "missing.ckpt")
     paragraph = refusal_of_main(capsys, "inspect-ckpt", missing)  # in this process
-    done = subprocess.run(
-        [sys.executable, "-m", PROJECT, "inspect-ckpt", missing],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    done = launch.run([sys.executable, "-m", PROJECT, "inspect-ckpt", missing], timeout=300)
     assert (done.returncode, done.stderr, done.stdout) == (1, f"{paragraph}\n", "")
     assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1
 
@@ -203,7 +199,7 @@ def test_every_ddp_process_that_refuses_prints_the_paragraph_and_the_run_exits_1
     args += ["--trainer.logger=false", f"--trainer.default_root_dir={root}"]
     path = os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "PYTHONPATH": path}  # faulty_data, importable in both processes
-    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+    done = launch.run(args, env=env, timeout=300)
     assert done.returncode == 1, done.stderr[-4000:]
     assert "Traceback" not in done.stderr, done.stderr[-4000:]
     errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]

@@ -15,7 +15,6 @@ DataModule that returns plain shuffled `torch.utils.data.DataLoader`s.
 import json
 import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from copier_lightning_core.callbacks.loader_hooks import watch_loaders
 from copier_lightning_core.callbacks.resume import ResumeState, rng_states, set_rng_states
 from copier_lightning_core.cli import ProjectCLI
 from copier_lightning_core.platform.paths import default_config
+from copier_lightning_core.testing import launch
 from copier_lightning_core.testing.interrupts import signal_at
 from copier_lightning_core.tools.determinism import compare_checkpoints
 from harness import FLAVOURS, PROJECT, killed_run
@@ -141,13 +141,7 @@ def test_a_run_loading_in_the_main_process_resumes_exactly_with_every_checkpoint
         "init_args": {"point": point, "step": step, "sig": sig},
     }
     command = [sys.executable, "-m", PROJECT, *args]
-    result = subprocess.run(
-        [*command, f"--trainer.callbacks+={json.dumps(killer)}"],
-        cwd=TESTS,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    result = launch.run([*command, f"--trainer.callbacks+={json.dumps(killer)}"], cwd=TESTS)
     assert result.returncode == code, result.stderr[-3000:]
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
     ProjectCLI(args=[*args, "--ckpt_path=last"])

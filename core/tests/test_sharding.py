@@ -11,7 +11,6 @@ serve a resume on two processes and a validate in one.
 """
 
 import os
-import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,6 +24,7 @@ from copier_lightning_core.callbacks.sharding import find_blocks, with_networks
 from copier_lightning_core.checkpoints.load import is_sharded
 from copier_lightning_core.cli import ProjectCLI, main
 from copier_lightning_core.platform.project import project_root
+from copier_lightning_core.testing import launch
 from harness import FAST, FLAVOURS, PROJECT
 from probes import probe_arg, read_probes
 from toy import ToyRegressor, ToySequenceClassifier, ToyTiedLM
@@ -71,7 +71,7 @@ def fit_on_two_processes(
     args += ["--trainer.devices=2", "--test_after_fit=false"]
     args += [f"--trainer.default_root_dir={root}", probe_arg(probes), *extra]
     env = {**os.environ, "PYTHONPATH": path, "WANDB_MODE": "offline"}
-    result = subprocess.run(args, cwd=project_root(), env=env, capture_output=True, text=True)
+    result = launch.run(args, cwd=project_root(), env=env)
     assert result.returncode == 0, result.stderr[-4000:]
 
 

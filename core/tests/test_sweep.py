@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from copier_lightning_core import Refusal
+from copier_lightning_core.testing import launch
 from copier_lightning_core.tools.sweep import command
 from copier_lightning_core.tools.sweep.spec import SpecError, load_spec
 from harness import FAST, FLAVOURS, PROJECT
@@ -64,14 +65,8 @@ def sweep_command(spec: Path, folder: Path, *extra: str) -> list[str]:
 
 
 def run_sweep(spec: Path, folder: Path, *extra: str, env: dict | None = None):
-    return subprocess.run(
-        sweep_command(spec, folder, *extra),
-        cwd=TESTS,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, **(env or {})},
-    )
+    command = sweep_command(spec, folder, *extra)
+    return launch.run(command, cwd=TESTS, env={**os.environ, **(env or {})}, timeout=600)
 
 
 def start_sweep(spec: Path, folder: Path, *extra: str) -> subprocess.Popen:
@@ -157,13 +152,8 @@ def compare_rows(folder: Path) -> list[dict]:
     import csv
     import io
 
-    result = subprocess.run(
-        [sys.executable, "-m", PROJECT, "compare", str(folder), "--format", "csv"],
-        cwd=TESTS,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    compare = [sys.executable, "-m", PROJECT, "compare", str(folder), "--format", "csv"]
+    result = launch.run(compare, cwd=TESTS, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     return list(csv.DictReader(io.StringIO(result.stdout)))
 

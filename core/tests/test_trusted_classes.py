@@ -14,7 +14,6 @@ import copy
 import json
 import os
 import shutil
-import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -36,6 +35,7 @@ from copier_lightning_core.checkpoints.trusted_classes import (
 )
 from copier_lightning_core.cli import ProjectCLI, main
 from copier_lightning_core.platform.refusal import Refusal
+from copier_lightning_core.testing import launch
 from harness import FAST, PROJECT, refusal_of_main
 
 TESTS = Path(__file__).parent
@@ -386,9 +386,7 @@ def test_the_shell_gets_one_paragraph_and_no_traceback(trained, attack, tmp_path
     command = [sys.executable, "-m", PROJECT, "validate", *EVALUATE]
     command += [f"--trainer.default_root_dir={tmp_path / 'run'}", f"--ckpt_path={path}"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ["PYTHONPATH"]])}
-    result = subprocess.run(
-        command, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env
-    )
+    result = launch.run(command, cwd=tmp_path, env=env, timeout=300)
     assert result.returncode == 1
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
     assert result.stderr.strip().splitlines()[-1].startswith("error: ")

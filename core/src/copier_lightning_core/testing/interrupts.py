@@ -13,13 +13,14 @@ the signal when it pauses.
 import json
 import os
 import signal
-import subprocess
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import lightning as L
+
+from copier_lightning_core.testing.launch import start
 
 
 class KillAt(L.Callback):
@@ -155,7 +156,8 @@ def signal_at(
     sig: str,
     group: bool = True,
 ) -> tuple[int, str]:
-    """Run a fit `command` in its own process group with a `PauseAt(**pause)` added to its
+    """Run a fit `command` (`[sys.executable, "-m", PACKAGE, *ARGS]`, forked as
+    `launch.start` does) in its own process group with a `PauseAt(**pause)` added to its
     callbacks; when it pauses, send `sig` to the whole group (a scheduler's kill), or with
     `group=False` to the command's process alone (a `kill PID`). Its exit status and output.
 
@@ -163,24 +165,19 @@ def signal_at(
     """
     pauser = {"class_path": f"{__name__}.PauseAt", "init_args": pause}
     marker = Path(pause["marker"])
-    process = subprocess.Popen(
-        [*command, f"--trainer.callbacks+={json.dumps(pauser)}"],
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,  # its own process group, as a scheduler's job has
-    )
+    # Its own process group, as a scheduler's job has.
+    process = start([*command, f"--trainer.callbacks+={json.dumps(pauser)}"], cwd, env,
+                    own_group=True, merge_output=True)  # fmt: skip
     try:
         while not marker.exists() and process.poll() is None:
             time.sleep(0.05)
         if marker.exists():
             send = os.killpg if group else os.kill
             send(process.pid, getattr(signal, sig))
-        output, _ = process.communicate(timeout=300)
+        returncode = process.wait(timeout=300)
+        output = process.read()
     finally:
         if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    return process.returncode, output
+            process.kill()
+        process.close()
+    return returncode, output

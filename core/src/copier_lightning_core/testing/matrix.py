@@ -11,7 +11,6 @@ without loggers. The cells themselves are in conformance.py.
 import os
 import re
 import signal
-import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from .. import Refusal
 from ..cli import main
 from ..platform.project import project_settings
 from ..tools.determinism import compare_checkpoints
+from . import launch
 from .interrupts import signal_at
 
 EPOCHS, BATCHES_PER_EPOCH = 2, 6  # training batches per epoch, on one process
@@ -198,15 +198,10 @@ class Matrix:
         return ["--trainer.devices=2", f"--trainer.limit_train_batches={BATCHES_PER_EPOCH // 2}"]
 
     def command(self, *args: str, timeout: float = 600) -> str:
-        """`python -m <package> ARGS` in the project, as a user runs it; its output."""
-        result = subprocess.run(
-            [self.python, "-m", self.package, *args],
-            cwd=self.project,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+        """`python -m <package> ARGS` in the project, as a user runs it (forked from
+        preloaded imports when `python` is this interpreter: testing/launch.py); its output."""
+        command = [self.python, "-m", self.package, *args]
+        result = launch.run(command, cwd=self.project, env=self.env, timeout=timeout)
         output = result.stdout + result.stderr
         check_exit(args[0], result.returncode, output)
         return output
