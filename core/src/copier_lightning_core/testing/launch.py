@@ -68,25 +68,26 @@ def _run_module(
     # set (loader workers fork, on Linux).
     multiprocessing.set_start_method(None, force=True)
     status: int | str | None = 0
+    interrupted = False
     try:
         runpy.run_module(package, run_name="__main__", alter_sys=True)
     except SystemExit as stop:
         status = stop.code
     except KeyboardInterrupt:
-        # As the interpreter does: the traceback, then death by SIGINT (status -2).
         traceback.print_exc()
-        atexit._run_exitfuncs()
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
+        interrupted = True
     except BaseException:
         traceback.print_exc()
         status = 1
-    finally:
-        # multiprocessing ends its processes with os._exit, which skips atexit: the
-        # interpreter would run it.
-        atexit._run_exitfuncs()
-        sys.stdout.flush()
-        sys.stderr.flush()
+    # multiprocessing ends the process with os._exit, which skips what the interpreter does
+    # at exit: the atexit handlers (the library's own among them) and flushing the streams.
+    # atexit offers no public call that runs them.
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if interrupted:  # as the interpreter ends on Ctrl-C: killed by SIGINT, status -2
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
     raise SystemExit(status)
 
 
