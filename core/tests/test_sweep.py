@@ -10,7 +10,6 @@ import json
 import math
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -69,23 +68,17 @@ def run_sweep(spec: Path, folder: Path, *extra: str, env: dict | None = None):
     return launch.run(command, cwd=TESTS, env={**os.environ, **(env or {})}, timeout=600)
 
 
-def start_sweep(spec: Path, folder: Path, *extra: str) -> subprocess.Popen:
+def start_sweep(spec: Path, folder: Path, *extra: str) -> launch.Launched:
     """A sweep in a process group of its own, as a shell runs it."""
-    return subprocess.Popen(
-        sweep_command(spec, folder, *extra),
-        cwd=TESTS,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+    command = sweep_command(spec, folder, *extra)
+    return launch.start(command, TESTS, own_group=True, merge_output=True)
 
 
-def wait_for(marker: Path, process: subprocess.Popen, timeout: float = 300) -> str:
+def wait_for(marker: Path, process: launch.Launched, timeout: float = 300) -> str:
     """The marker's text once a paused trial wrote it; fails if the sweep ended first."""
     deadline = time.monotonic() + timeout
     while not (marker.exists() and marker.read_text()):
-        assert process.poll() is None, process.stdout.read() if process.stdout else ""
+        assert process.poll() is None, process.communicate()[0]
         assert time.monotonic() < deadline, "no trial paused"
         time.sleep(0.1)
     return marker.read_text()
@@ -348,7 +341,7 @@ def test_of_two_sweeps_at_once_one_runs_and_after_a_kill_a_rerun_ends_with_n_tri
     assert refused.returncode == 1 and str(folder / "sweep.lock") in output, output
     _, root = wait_for(marker, process).split(" ", 1)
     os.killpg(process.pid, signal.SIGKILL)  # the sweep and its trial, as a crash would
-    process.wait()
+    process.communicate()
     assert states(folder) == ["RUNNING"]
     assert (Path(root) / "checkpoints" / "last.ckpt").is_file()
 
@@ -435,14 +428,8 @@ def test_slurm_array_with_requeue_on_preemption_resumes_the_trial(tmp_path):
         fit_options=[*TOY_OPTIONS, pause_option(marker)],
         slurm={"partition": "debug", "gpus_per_node": 1, "timeout_min": 30},
     )
-    process = subprocess.Popen(
-        sweep_command(spec, folder, "--launcher", "slurm", "--jobs", "2"),
-        cwd=TESTS,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, **env},
-    )
+    command = sweep_command(spec, folder, "--launcher", "slurm", "--jobs", "2")
+    process = launch.start(command, TESTS, {**os.environ, **env}, merge_output=True)
     job_pid, root = wait_for(marker, process).split(" ", 1)
     os.kill(int(job_pid), signal.SIGUSR2)  # SLURM's warning before preemption / time-out
     output, _ = process.communicate(timeout=600)

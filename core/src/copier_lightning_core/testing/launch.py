@@ -110,6 +110,11 @@ class Launched:
         """Its exit status (negative: the signal that ended it), or None while it runs."""
         return self.process.exitcode
 
+    @property
+    def returncode(self) -> int | None:
+        """As subprocess.Popen's: `poll()`."""
+        return self.process.exitcode
+
     def wait(self, timeout: float | None = None) -> int:
         """Its exit status, once it ends; after `timeout` seconds it (and its group) is
         killed and subprocess.TimeoutExpired raised, as subprocess.run does."""
@@ -128,6 +133,15 @@ class Launched:
     def read(self, stream: str = "stdout") -> str:
         """What it printed so far on `stream` (both, interleaved, when they share a file)."""
         return (self.stdout if stream == "stdout" else self.stderr).read_text(errors="replace")
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str | None]:
+        """As subprocess.Popen's: wait for it to end, then what it printed on stdout and
+        stderr (None when they shared a file); its output files are deleted."""
+        self.wait(timeout)
+        merged = self.stdout == self.stderr
+        output = self.read("stdout"), None if merged else self.read("stderr")
+        self.close()
+        return output
 
     def close(self) -> None:
         """Delete its output files (it must have ended)."""
@@ -157,12 +171,12 @@ def start(
     if package is None:
         raise ValueError(f"not a `python -m` command of this interpreter: {command}")
     outputs = []
-    for stream in ("stdout", "stderr"):
+    for stream in ("stdout",) if merge_output else ("stdout", "stderr"):
         handle, name = tempfile.mkstemp(prefix=f"{package}-", suffix=f".{stream}")
         os.close(handle)
         outputs.append(name)
     if merge_output:
-        outputs[1] = outputs[0]
+        outputs.append(outputs[0])
     folder = str(cwd or os.getcwd())
     environment = dict(os.environ if env is None else env)
     process = _forkserver().Process(
@@ -178,11 +192,13 @@ def run(
     command: Sequence[str],
     cwd: Path | str | None = None,
     env: Mapping[str, str] | None = None,
-    timeout: float | None = None,
+    timeout: float | None = 900,
 ) -> subprocess.CompletedProcess[str]:
     """What `subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True,
     timeout=timeout)` gives; forked as `start` does when the command is this interpreter's
-    `-m PACKAGE`, else in a fresh process."""
+    `-m PACKAGE`, else in a fresh process. The command runs in a process group of its own,
+    killed whole at the timeout: a hung run (a DDP rank waiting for one that died) fails
+    its test instead of the test run, and leaves no process behind."""
     if module_of(command) is None:
         return subprocess.run(
             command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
