@@ -15,6 +15,7 @@ with `python -m`), a sweep's trials, and any command whose point is how a shell 
 
 import atexit
 import contextlib
+import functools
 import multiprocessing
 import os
 import runpy
@@ -31,15 +32,14 @@ from pathlib import Path
 # What every command imports; an ImportError here is ignored by the server.
 PRELOAD = ["torch", "lightning.pytorch", "copier_lightning_core.cli"]
 
-_server: ForkServerContext | None = None
 
-
+@functools.cache
 def _forkserver() -> ForkServerContext:
-    global _server
-    if _server is None:
-        _server = multiprocessing.get_context("forkserver")
-        _server.set_forkserver_preload(PRELOAD)
-    return _server
+    """The context whose server this process's commands are forked from (started by the
+    first of them, ended with this process)."""
+    server = multiprocessing.get_context("forkserver")
+    server.set_forkserver_preload(PRELOAD)
+    return server
 
 
 def _run_module(
@@ -196,9 +196,9 @@ def run(
 ) -> subprocess.CompletedProcess[str]:
     """What `subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True,
     timeout=timeout)` gives; forked as `start` does when the command is this interpreter's
-    `-m PACKAGE`, else in a fresh process. The command runs in a process group of its own,
-    killed whole at the timeout: a hung run (a DDP rank waiting for one that died) fails
-    its test instead of the test run, and leaves no process behind."""
+    `-m PACKAGE`, else in a fresh process. A forked command runs in a process group of its
+    own, killed whole at the timeout: a hung run (a DDP rank waiting for one that died)
+    fails its test instead of the test run, and leaves no process behind."""
     if module_of(command) is None:
         return subprocess.run(
             command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
