@@ -196,10 +196,11 @@ def run(
 ) -> subprocess.CompletedProcess[str]:
     """What `subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True,
     timeout=timeout)` gives; forked as `start` does when the command is this interpreter's
-    `-m PACKAGE`, else in a fresh process. A forked command runs in a process group of its
-    own, killed whole at the timeout: a hung run (a DDP rank waiting for one that died)
-    fails its test instead of the test run, and leaves no process behind."""
-    if module_of(command) is None:
+    `-m PACKAGE` (and the platform has a forkserver: not Windows), else in a fresh
+    process. A forked command runs in a process group of its own, killed whole at the
+    timeout: a hung run (a DDP rank waiting for one that died) fails its test instead of
+    the test run, and leaves no process behind."""
+    if module_of(command) is None or "forkserver" not in multiprocessing.get_all_start_methods():
         return subprocess.run(
             command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
         )
