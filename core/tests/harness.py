@@ -169,12 +169,14 @@ def planned(command: str, *args: str) -> tuple[RunPlan, Namespace]:
     raise AssertionError("ProjectCLI returned without parsing")
 
 
-def killed_run(args: list[str], point: str, step: int) -> subprocess.CompletedProcess[str]:
+def killed_run(
+    args: list[str], point: str, step: int, sig: str = "SIGKILL"
+) -> subprocess.CompletedProcess[str]:
     """`python -m <project> ARGS` in the tests' folder (their modules import by name), with
-    the library's KillAt stopping it at `point` of global step `step` (SIGKILL)."""
+    the library's KillAt sending `sig` to it at `point` of global step `step`."""
     killer = {
         "class_path": "copier_lightning_core.testing.interrupts.KillAt",
-        "init_args": {"point": point, "step": step},
+        "init_args": {"point": point, "step": step, "sig": sig},
     }
     return launch.run(
         [sys.executable, "-m", PROJECT, *args, f"--trainer.callbacks+={json.dumps(killer)}"],

@@ -12,7 +12,6 @@ waits at that point (interrupts.PauseAt). SIGTERM and SIGINT must end it with ex
 DataModule that returns plain shuffled `torch.utils.data.DataLoader`s.
 """
 
-import json
 import os
 import signal
 import sys
@@ -28,7 +27,6 @@ from copier_lightning_core.callbacks.loader_hooks import watch_loaders
 from copier_lightning_core.callbacks.resume import ResumeState, rng_states, set_rng_states
 from copier_lightning_core.cli import ProjectCLI
 from copier_lightning_core.platform.paths import default_config
-from copier_lightning_core.testing import launch
 from copier_lightning_core.testing.interrupts import signal_at
 from copier_lightning_core.tools.determinism import compare_checkpoints
 from harness import FLAVOURS, PROJECT, killed_run
@@ -136,12 +134,7 @@ def test_a_run_loading_in_the_main_process_resumes_exactly_with_every_checkpoint
     """
     point, step, sig, code = kill
     args = fit_args(tmp_path / "run", every_3_steps, workers=0)
-    killer = {
-        "class_path": "copier_lightning_core.testing.interrupts.KillAt",
-        "init_args": {"point": point, "step": step, "sig": sig},
-    }
-    command = [sys.executable, "-m", PROJECT, *args]
-    result = launch.run([*command, f"--trainer.callbacks+={json.dumps(killer)}"], cwd=TESTS)
+    result = killed_run(args, point, step, sig)
     assert result.returncode == code, result.stderr[-3000:]
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
     ProjectCLI(args=[*args, "--ckpt_path=last"])

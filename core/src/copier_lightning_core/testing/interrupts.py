@@ -174,10 +174,9 @@ def signal_at(
         if marker.exists():
             send = os.killpg if group else os.kill
             send(process.pid, getattr(signal, sig))
-        returncode = process.wait(timeout=300)
-        output = process.read()
+        output, _ = process.communicate(timeout=300)
     finally:
         if process.poll() is None:
             process.kill()
         process.close()
-    return returncode, output
+    return process.wait(), output

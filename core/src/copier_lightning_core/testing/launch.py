@@ -206,12 +206,10 @@ def run(
         )
     launched = start(command, cwd, env, own_group=True)
     try:
-        status = launched.wait(timeout)
-        return subprocess.CompletedProcess(
-            list(command), status, launched.read("stdout"), launched.read("stderr")
-        )
+        stdout, stderr = launched.communicate(timeout)
     finally:
-        launched.close()
+        launched.close()  # after a timeout too
+    return subprocess.CompletedProcess(list(command), launched.wait(), stdout, stderr or "")
 
 
 __all__ = ["Launched", "module_of", "run", "start"]
