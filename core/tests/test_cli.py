@@ -13,7 +13,7 @@ from copier_lightning_core import cli
 from copier_lightning_core.platform.paths import default_config, project_path
 from copier_lightning_core.platform.project import project_root
 from copier_lightning_core.run import lightning_cli
-from copier_lightning_core.run.resolve import resolve_config
+from copier_lightning_core.run.resolve import _parse_only_cli, resolve_config
 from harness import FAST, FLAVOURS, PROJECT, refusal_of_main
 from toy import ToySequenceClassifier, ToySequenceData, ToySignals
 
@@ -63,6 +63,36 @@ def test_missing_default_config_is_a_clear_error(monkeypatch, tmp_path, capsys):
 def test_unknown_command_lists_the_commands(capsys):
     paragraph = refusal_of_main(capsys, "trian")
     assert re.match(r"error: unknown command 'trian'.*fit, validate, test, predict", paragraph)
+
+
+def test_options_without_a_command_are_an_error_listing_the_commands(capsys):
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(["--print_config"])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and "Traceback" not in err, err
+    assert re.search(
+        r"error: expected .subcommand. to be one of \{fit,validate,test,predict\}", err
+    )
+
+
+class _Built(Exception):
+    """Carries the parser a ProjectCLI built, before it parses."""
+
+
+def test_a_command_builds_the_parser_of_its_own_subcommand_only():
+    # LightningCLI builds a parser per subcommand it lists; a process runs one of them.
+    class BuildOnly(lightning_cli.ProjectCLI):
+        def parse_arguments(self, parser, args) -> None:
+            raise _Built(parser)
+
+    with pytest.raises(_Built) as built:
+        BuildOnly(args=["validate"])
+    parser = built.value.args[0]
+    assert (
+        parser.parse_args(["validate", "--trainer.max_epochs=2"]).validate.trainer.max_epochs == 2
+    )
+    with pytest.raises(SystemExit):  # jsonargparse's error: fit is not a choice of this parser
+        parser.parse_args(["fit"])
 
 
 def test_relative_paths_are_relative_to_the_project_root(tmp_path):
@@ -131,6 +161,39 @@ def test_a_class_named_in_place_of_the_examples_gets_none_of_its_values(data, wh
     config = resolve_config(swap_in(data, where, tmp_path))
     assert config["model"]["init_args"] == own_defaults(ToySequenceClassifier)
     assert config["data"]["init_args"] == own_defaults(data, batch_size=5)
+
+
+@pytest.mark.parametrize("later", ["--config", "--model.class_path"])
+def test_a_class_named_then_replaced_later_gets_none_of_the_first_ones_defaults(later, tmp_path):
+    # The command line names one class, a later word another: the last one is the run's,
+    # from its own defaults (lr 3e-2, not ToyRegressor's 1e-2), though the parse started
+    # from the first one.
+    config = tmp_path / "mine.yaml"
+    config.write_text(yaml.safe_dump(toy_sections(ToySequenceData)))
+    replaced = {
+        "--config": [f"--config={config}"],
+        "--model.class_path": [
+            "--model.class_path=toy.ToySequenceClassifier",
+            "--data.class_path=toy.ToySequenceData",
+            "--data.batch_size=5",
+        ],
+    }[later]
+    first = ["--model=toy.ToyRegressor", "--data=toy.ToyTabularData"]
+    resolved = resolve_config([*first, *replaced])
+    assert resolved["model"]["init_args"] == own_defaults(ToySequenceClassifier)
+    assert resolved["data"]["init_args"] == own_defaults(ToySequenceData, batch_size=5)
+
+
+@pytest.mark.parametrize("where", ["command line", "--config"])
+def test_classes_named_on_the_command_line_are_parsed_once(where, tmp_path, monkeypatch):
+    """A command naming its classes as `--model CLASS` parses once, as one with the
+    example's does; named elsewhere (a --config file), the parse is done again from them."""
+    parser = _parse_only_cli().parser
+    parses = []
+    parse = parser.parse_args
+    monkeypatch.setattr(parser, "parse_args", lambda *a, **k: parses.append(a) or parse(*a, **k))
+    resolve_config(swap_in(ToySequenceData, where, tmp_path))
+    assert len(parses) == (1 if where == "command line" else 2), parses
 
 
 def printed_sections(capsys, *words: str) -> dict:

@@ -13,6 +13,7 @@ from argparse import Namespace
 import lightning as L
 import pytest
 import torch
+import yaml
 from lightning.pytorch import loggers
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.loggers import Logger
@@ -22,6 +23,7 @@ from torch import nn
 from copier_lightning_core import logs_this_step
 from copier_lightning_core.platform.private_apis import (
     DynamoError,
+    command_config_dump,
     compiled_graph_count,
     copy_each,
     ddp_wrapper_kwargs,
@@ -166,6 +168,25 @@ def test_lightning_cli_reads_ckpt_path_where_project_cli_overrides_it_with_the_s
         BothReads(args=["validate", *FAST, *FLAVOURS["tabular"], root, f"--ckpt_path={path}"])
     assert configs["project"] == configs["lightning"]
     assert configs["project"].validate.model.init_args.hidden == 32  # the checkpoint's, not 16
+
+
+def test_command_config_dump_is_the_commands_resolved_config_as_the_parser_dumps_it(tmp_path):
+    """LightningCLI keeps the dump it made to build the model (`config_dump`): the command's
+    section of the whole config, linked values included, as `--config` takes it back."""
+    dumps = {}
+
+    class Dumped(ProjectCLI):
+        def before_fit(self) -> None:
+            own = self.parser.dump(self.config, skip_none=False, skip_link_targets=False)
+            dumps["parser"] = yaml.safe_load(own)["fit"]
+            dumps["kept"] = command_config_dump(self)
+            raise _Parsed
+
+    root = f"--trainer.default_root_dir={tmp_path}"
+    with pytest.raises(_Parsed):
+        Dumped(args=["fit", *FAST, *FLAVOURS["sequence"], root])
+    assert dumps["kept"] == dumps["parser"]
+    assert dumps["kept"]["model"]["init_args"]["num_classes"] == 3  # linked from data
 
 
 def test_continuing_writer_appends_to_the_metrics_it_finds(tmp_path):

@@ -54,6 +54,11 @@ training run in some odd way.
   DDPStrategy passes to `DistributedDataParallel` when it wraps the module; it keeps them
   in `_ddp_kwargs`, set at construction, before the module is known. Deciding
   `find_unused_parameters` from the module (manual optimization) needs to set one after.
+- `command_config_dump` (lightning_cli.py): LightningCLI dumps the command's resolved
+  config once, when it builds the model (`_dump_config`, kept in `config_dump`), to
+  store the model's hyperparameters. The provenance record of every checkpoint holds that
+  same config as YAML; a dump of its own would cost a command another pass of jsonargparse
+  over the whole config (about 0.05 s, a tenth of a small fit).
 - `dynamo_supports_this_python`, `known_compile_modes` (doctor/context.py): whether dynamo runs
   on this Python and which `torch.compile(mode=...)` names this torch knows; torch.compile's
   own docstring points at `torch._inductor.list_mode_options()` for the list.
@@ -79,6 +84,7 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.fabric.utilities.logger import _convert_params, _flatten_dict
+from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.strategies import DDPStrategy
 from torch._dynamo.eval_frame import _debug_get_cache_entry_list
@@ -87,6 +93,7 @@ from torch._dynamo.utils import counters
 
 __all__ = [
     "DynamoError",
+    "command_config_dump",
     "compiled_graph_count",
     "copy_each",
     "ddp_wrapper_kwargs",
@@ -139,6 +146,13 @@ def skips_on_found_inf(optimizer: torch.optim.Optimizer) -> bool:
 def flat_hyperparameters(params: Any) -> dict[str, Any]:
     """Hyperparameters (a dict or Namespace, nested) as the flat names MLflow receives."""
     return _flatten_dict(_convert_params(params))
+
+
+def command_config_dump(cli: LightningCLI) -> dict[str, Any]:
+    """The resolved config of `cli`'s command as plain data, dumped once per command."""
+    cli._dump_config()
+    dump: dict[str, Any] = cli.config_dump
+    return dump
 
 
 def kept_experiment(

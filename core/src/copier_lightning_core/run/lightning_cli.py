@@ -18,6 +18,7 @@ of the config (`RunConfigSaver`, which needs the parser, so no config entry can 
 """
 
 import pydoc
+import re
 import sys
 import time
 from collections.abc import Mapping
@@ -51,6 +52,7 @@ from ..platform.paths import (
     project_path,
     unused_name,
 )
+from ..platform.private_apis import command_config_dump
 from ..platform.project import program
 from ..platform.refusal import Refusal
 from ..platform.yaml_guard import checked_config_words, guard_jsonargparse_yaml
@@ -163,6 +165,8 @@ class ProjectCLI(LightningCLI):
         defaults = {"default_config_files": [str(defaults_file)], "allow_abbrev": False}
         kwargs.setdefault("trainer_class", ProjectTrainer)  # a run without length: run_length.py
         kwargs.setdefault("parser_class", ErrorOnlyParser)
+        first = next(iter(sys.argv[1:] if args is None else args), None)
+        self._commands = (first,) if first in TRAINER_COMMANDS else TRAINER_COMMANDS
         super().__init__(
             model_class=LightningModule,
             datamodule_class=LightningDataModule,
@@ -172,11 +176,23 @@ class ProjectCLI(LightningCLI):
             parser_kwargs={
                 "allow_abbrev": False,
                 "prog": program(),
-                **dict.fromkeys(TRAINER_COMMANDS, defaults),
+                **dict.fromkeys(self._commands, defaults),
             },
             args=args,
             **kwargs,
         )
+
+    def subcommands(self) -> dict[str, set[str]]:  # type: ignore[override]
+        """Lightning's subcommands, only the one this command runs when it names one.
+
+        LightningCLI builds a parser for each subcommand it lists (the Trainer's, model's
+        and data's options, every time), and a process runs one: the other three cost
+        every command about 0.1 s. `subcommands` is LightningCLI's documented way to
+        choose them; a command that names none (`--print_config` first) lists all four,
+        so jsonargparse's error names them.
+        """
+        every = LightningCLI.subcommands()
+        return {command: every[command] for command in self._commands}
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         # The best-checkpoint callback as a config section of its own, so the metric a run
@@ -311,8 +327,7 @@ class ProjectCLI(LightningCLI):
 
     def _config_yaml(self) -> str:
         """The resolved config of this command, as `--config` takes it back."""
-        dump = self.parser.dump(self.config, skip_none=False, skip_link_targets=False)
-        text: str = yaml.safe_dump(yaml.safe_load(dump)[self.subcommand], sort_keys=False)
+        text: str = yaml.safe_dump(command_config_dump(self), sort_keys=False)
         return text
 
     def before_fit(self) -> None:
@@ -403,35 +418,69 @@ def _parse_with_own_defaults(parser: LightningArgumentParser, words: list[str]) 
     my.Data` would read the example's `data_dir` and `batch_size`, and `--model my.Net` kept
     the `num_classes` linked from the example's data even when my.Data declares none. The
     values in default.yaml belong to the classes named there, so a section whose class ends
-    up another one is parsed again from `null` and that class: its own defaults, then only
-    what the user gave (command line, other --config files), in their order. A swap inside
-    a kept example (`--model.optimizer torch.optim.SGD`) still keeps `lr`: the context the
+    up another one is parsed from `null` and that class: its own defaults, then only what
+    the user gave (command line, other --config files), in their order. A swap inside a kept
+    example (`--model.optimizer torch.optim.SGD`) still keeps `lr`: the context the
     example's values were chosen for is still there.
 
-    `--print_config` is left out of the first parse, which would print and exit.
-
-    So a command parses once with the example's classes and twice with another one (or
-    with `--print_config`). The second parse cannot be saved with jsonargparse's public
-    API: it has no setting that drops init_args on a class change (kept by design,
-    jsonargparse #460), and which class a section ends up with is known only once every
-    `--config` file and flag is merged, which is what the first parse does.
+    Which class a section ends up with is known only once every `--config` file and flag is
+    merged, which is what a parse does; jsonargparse has no setting that drops init_args on
+    a class change (kept by design, jsonargparse #460). So the parse starts from the classes
+    the words name as `--model CLASS` / `--data CLASS` (_named_classes), and is done again,
+    from the classes it ended with, only where those differ (a `--config` file or
+    `--model.class_path` chose another) or `--print_config` was given (left out of the first
+    parse, which would print and exit). The one parse is the same as the two: the words that
+    named a class still come after the `null`, so the last class named wins in both.
     """
     shown = [word for word in words if word.split("=", 1)[0] != "--print_config"]
-    config = parser.parse_args(shown)
-    fresh = _fresh_sections(config[config.subcommand])
-    if fresh or shown != words:
+    example = yaml.safe_load(default_config().read_text()) or {}
+    # The class words go after the command; words that do not start with one are parsed as
+    # they are, to the error that names the commands.
+    leads = bool(words) and words[0] in TRAINER_COMMANDS
+    named = _fresh_words(_named_classes(words[1:]), example) if leads else []
+    config = parser.parse_args([*shown[:1], *named, *shown[1:]])
+    fresh = _fresh_words(_chosen_classes(config[config.subcommand]), example)
+    if fresh != named or shown != words:
         config = parser.parse_args([words[0], *fresh, *words[1:]])
     return config
 
 
-def _fresh_sections(config: Namespace) -> list[str]:
-    """`--model=null --model=CLASS` (and for `data`) where CLASS is not the example's."""
-    example = yaml.safe_load(default_config().read_text()) or {}
+_CLASS_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+")
+
+
+def _named_classes(words: list[str]) -> dict[str, str]:
+    """The class each of `model`/`data` is last given as a dotted path in `words` (`--model
+    my.Net`, `--data=my.Data`); a section whose last class word is anything else (YAML, a
+    file, a bare name) is left out, and found by the parse instead."""
+    named: dict[str, str] = {}
+    for index, word in enumerate(words):
+        key, equals, value = word.partition("=")
+        if key not in ("--model", "--data"):
+            continue
+        if not equals:
+            value = words[index + 1] if index + 1 < len(words) else ""
+        section = key.removeprefix("--")
+        if _CLASS_PATH.fullmatch(value):
+            named[section] = value
+        else:
+            named.pop(section, None)
+    return named
+
+
+def _chosen_classes(config: Namespace) -> dict[str, str]:
+    """The class_path each of `model`/`data` ended up with in a parsed command's config."""
+    chosen = {key: config.get(key) for key in ("model", "data")}
+    return {key: value.class_path for key, value in chosen.items() if value is not None}
+
+
+def _fresh_words(classes: Mapping[str, str], example: dict[str, Any]) -> list[str]:
+    """`--model=null --model=CLASS` (and for `data`) where CLASS is not the one `example`
+    (configs/default.yaml, read) names."""
     words = []
     for key in ("model", "data"):
-        chosen = config.get(key)
-        if chosen is not None and not _is_example_class(example.get(key), chosen.class_path):
-            words += [f"--{key}=null", f"--{key}={chosen.class_path}"]
+        chosen = classes.get(key)
+        if chosen is not None and not _is_example_class(example.get(key), chosen):
+            words += [f"--{key}=null", f"--{key}={chosen}"]
     return words
 
 
