@@ -8,9 +8,11 @@ paragraph. The DataModules and the recording model are in recipes.py.
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
+import time
 import warnings
 from pathlib import Path
 
@@ -514,22 +516,52 @@ def test_data_four_times_the_memory_limit_trains_in_the_memory_of_a_small_set(
 @pytest.fixture(scope="module")
 def bucket(shards) -> str:
     """The shards in a bucket of an S3-compatible server on localhost (moto's): the URI
-    ParquetRows and the command line read them by, endpoint included."""
-    moto_server = pytest.importorskip("moto.server")
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"{host}:{port}"
-    s3 = pyarrow.fs.S3FileSystem(
-        endpoint_override=endpoint, scheme="http", access_key="test", secret_key="test",
-        region="us-east-1", allow_bucket_creation=True,
-    )  # fmt: skip
-    s3.create_dir("recipes")
-    for path in shards.iterdir():
-        with s3.open_output_stream(f"recipes/shards/{path.name}") as out:
-            out.write(path.read_bytes())
-    yield f"s3://recipes/shards?endpoint_override={endpoint}&scheme=http&region=us-east-1"
-    server.stop()
+    ParquetRows and the command line read them by, endpoint included.
+
+    The server runs in a process of its own, as a real endpoint does. In a thread of the
+    test process, its replies shared the interpreter lock with the in-process fits of that
+    process, and two whole-suite runs each spent about 90 s in one bucket test.
+    """
+    pytest.importorskip("moto.server")
+    server, endpoint = start_moto_server()
+    try:
+        s3 = pyarrow.fs.S3FileSystem(
+            endpoint_override=endpoint, scheme="http", access_key="test", secret_key="test",
+            region="us-east-1", allow_bucket_creation=True,
+        )  # fmt: skip
+        s3.create_dir("recipes")
+        for path in shards.iterdir():
+            with s3.open_output_stream(f"recipes/shards/{path.name}") as out:
+                out.write(path.read_bytes())
+        yield f"s3://recipes/shards?endpoint_override={endpoint}&scheme=http&region=us-east-1"
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+
+
+def start_moto_server(tries: int = 3) -> tuple[subprocess.Popen, str]:
+    """`python -m moto.server` on a free port of localhost, once it accepts connections:
+    the process and its `host:port`. A port taken between choosing and binding it ends
+    the server at once: another port is tried."""
+    for _ in range(tries):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        server = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 120
+        while server.poll() is None and time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                return server, f"127.0.0.1:{port}"
+            except OSError:
+                time.sleep(0.05)
+        server.kill()
+        server.wait()
+    raise RuntimeError(f"moto's server did not start on localhost in {tries} tries")
 
 
 @pytest.fixture
