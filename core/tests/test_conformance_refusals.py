@@ -61,3 +61,16 @@ def test_the_projects_settings_table_is_read_from_the_nearest_pyproject(tmp_path
     settings = project_settings(tmp_path / "src" / "mine")
     assert settings == {"package": "mine", "conformance-refusals": {"fsdp2": "needs CUDA"}}
     assert project_settings(Path("/")) == {}
+
+
+def test_a_shared_run_that_fails_without_a_message_fails_each_cell_naming_its_class(
+    tmp_path: Path,
+) -> None:
+    matrix = Matrix(project_root(), tmp_path, {"own": Arch()})
+
+    def fails() -> Path:
+        raise CellFailed()
+
+    for _ in range(2):  # the first call runs it, the second reads its recorded failure
+        with pytest.raises(CellFailed, match=r"^the own reference run failed: CellFailed$"):
+            matrix.once(("own", "reference"), fails)

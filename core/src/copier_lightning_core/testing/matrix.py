@@ -246,7 +246,8 @@ class Matrix:
             try:
                 self.shared[key] = make()
             except (CellFailed, Refused) as error:
-                first = str(error).strip().splitlines()[0]
+                # (an error without a message is named by its class, not an IndexError)
+                first = next(iter(str(error).strip().splitlines()), type(error).__name__)
                 self.shared[key] = CellFailed(f"the {' '.join(map(str, key))} run failed: {first}")
         made = self.shared[key]
         if isinstance(made, CellFailed):
