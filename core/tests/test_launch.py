@@ -8,6 +8,7 @@ environment and start method.
 import os
 import subprocess
 import sys
+import sysconfig
 import textwrap
 import time
 from pathlib import Path
@@ -22,7 +23,7 @@ atexit.register(lambda: print("atexit ran", flush=True))
 case = sys.argv[1]
 if case == "sees":
     print(json.dumps({
-        "cwd": os.getcwd(), "argv": sys.argv[1:], "path0": sys.path[0],
+        "cwd": os.getcwd(), "argv": sys.argv[1:], "path": sys.path,
         "probe": os.environ.get("PROBE"), "home": os.environ.get("HOME"),
         "start_method": multiprocessing.get_start_method(), "name": __name__,
         "spec": __spec__.name,
@@ -64,6 +65,25 @@ def test_a_forked_command_ends_and_prints_as_a_fresh_one(package, case):
     # The same last line: the paragraph, or the exception a traceback ends with.
     last = [output.stderr.strip().splitlines()[-1:] for output in (forked, fresh)]
     assert last[0] == last[1], forked.stderr
+
+
+def test_a_package_installed_after_the_server_started_is_importable(package, tmp_path):
+    """An install is a `.pth` file in site-packages, which an interpreter reads at start:
+    a command forked after it imports the package, as a fresh interpreter would."""
+    site_packages = Path(sysconfig.get_paths()["purelib"])
+    if not os.access(site_packages, os.W_OK):
+        pytest.skip(f"{site_packages} is not writable")
+    launch.run([sys.executable, "-m", "launch_probe", "status"], cwd=package)  # the server runs
+    late = f"late_probe_{os.getpid()}"
+    (tmp_path / late).mkdir()
+    (tmp_path / late / "__main__.py").write_text("print('imported')")
+    installed = site_packages / f"_{late}.pth"
+    installed.write_text(f"{tmp_path}\n")
+    try:
+        result = launch.run([sys.executable, "-m", late], cwd=package)
+    finally:
+        installed.unlink()
+    assert (result.returncode, result.stdout) == (0, "imported\n"), result.stderr
 
 
 def test_a_command_of_another_interpreter_runs_in_a_fresh_process(package):

@@ -6,8 +6,8 @@ the command does anything: more than many of the short runs the tests start. The
 library's forkserver pays it once per test process: a server that imported them forks
 each command, which then runs the package's `__main__` as `python -m` does (runpy), in
 the folder and environment given, with its own process id, process group (optional) and
-exit status. A kill, a signal to its group and the exit status are real; only the imports
-are shared.
+exit status. A kill, a signal to its group and the exit status are real, and its import
+path is the one a fresh interpreter would start with; only the imports are shared.
 
 What still needs a fresh interpreter starts one: DDP's second rank (Lightning launches it
 with `python -m`), a sweep's trials, and any command whose point is how a shell starts it.
@@ -16,6 +16,7 @@ with `python -m`), a sweep's trials, and any command whose point is how a shell 
 import atexit
 import contextlib
 import functools
+import json
 import multiprocessing
 import os
 import runpy
@@ -47,11 +48,13 @@ def _run_module(
     args: list[str],
     cwd: str,
     env: dict[str, str],
+    fresh_path: list[str],
     stdout: str,
     stderr: str,
     own_group: bool,
 ) -> None:
-    """In the forked process: what `cd CWD && env ENV python -m PACKAGE ARGS` does."""
+    """In the forked process: what `cd CWD && env ENV python -m PACKAGE ARGS` does, with
+    `fresh_path` the import path a fresh interpreter in ENV starts with (_fresh_path)."""
     if own_group:
         os.setsid()  # a process group of its own, as a scheduler's job has
     for fd, file in ((1, stdout), (2, stderr)):
@@ -61,8 +64,7 @@ def _run_module(
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)
-    path = [entry for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]
-    sys.path[:0] = [cwd, *path]  # `python -m` puts the working folder first
+    sys.path[:] = [cwd, *fresh_path]  # `python -m` puts the working folder first
     sys.argv = [package, *args]
     # The forkserver made itself this process's start method; a fresh interpreter has none
     # set (loader workers fork, on Linux).
@@ -149,6 +151,25 @@ class Launched:
         self.stderr.unlink(missing_ok=True)
 
 
+def _fresh_path(cwd: str, env: Mapping[str, str]) -> list[str]:
+    """The import path a fresh interpreter started in CWD with ENV has, less its first entry
+    (the script's folder, which `python -m` makes the working folder).
+
+    The server's own path is the one of the process that started it, when it started: a
+    test process's (pytest's folders on it), and without the packages installed since (an
+    editable install is a `.pth` file, read at start only). A fresh interpreter's path
+    costs about 20 ms to ask for, and makes the command's imports those of a fresh start.
+    """
+    ask = "import json, sys; print(json.dumps(sys.path[1:]))"
+    answer = subprocess.run(
+        [sys.executable, "-c", ask], cwd=cwd, env=dict(env), capture_output=True, text=True
+    )
+    if answer.returncode != 0:
+        raise RuntimeError(f"{sys.executable} did not start in {cwd}: {answer.stderr[-2000:]}")
+    path: list[str] = json.loads(answer.stdout)
+    return path
+
+
 def module_of(command: Sequence[str]) -> str | None:
     """The package of `[sys.executable, "-m", PACKAGE, ...]`, which `start` can fork; None
     for any other command (another interpreter, a script), which needs a fresh process."""
@@ -181,7 +202,15 @@ def start(
     environment = dict(os.environ if env is None else env)
     process = _forkserver().Process(
         target=_run_module,
-        args=(package, list(command[3:]), folder, environment, *outputs, own_group),
+        args=(
+            package,
+            list(command[3:]),
+            folder,
+            environment,
+            _fresh_path(folder, environment),
+            *outputs,
+            own_group,
+        ),
         daemon=False,  # it may start loader workers of its own
     )
     process.start()
