@@ -445,9 +445,6 @@ def peak_rss_of_fit(kind: str, root: Path, data: Path, limit: int | None = None)
     args = [
         *recipe_args(kind, root, data, workers=0, epochs=1)[:-1],  # no step checkpoints
         "--trainer.limit_val_batches=0",
-        # Training is what is measured: the test after fit would read the data again, through
-        # the same reader (ShardData tests on all of it), and double the run's time.
-        "--test_after_fit=false",
         f"--model.num_features={WIDE[kind]}",
         f"--data.batch_size={BATCH[kind]}",
     ]
