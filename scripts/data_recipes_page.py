@@ -77,7 +77,7 @@ ROWS = {
         "shards in a bucket give the folder's rows, 2 workers in one process's order"
     ),
     "test_data_four_times_the_memory_limit_trains_in_the_memory_of_a_small_set": (
-        "data 4 times a memory limit (a small run's peak + 10 %) trains under it"
+        "data 4 times a memory limit (a small run's peak + 25 %) trains under it"
     ),
     "test_a_truncated_shard_is_named_before_any_row_is_read": (
         "a truncated shard: one paragraph naming it, before any row is read"

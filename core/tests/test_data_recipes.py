@@ -490,11 +490,19 @@ def peak_rss_of_fit(kind: str, root: Path, data: Path, limit: int | None = None)
 def test_data_four_times_the_memory_limit_trains_in_the_memory_of_a_small_set(
     kind, tmp_path, record_property
 ):
-    """The limit is the small run's peak plus 10 %; the large data is at least 4 times that
-    on disk (uncompressed, random: nothing to squeeze), read in one epoch under it."""
+    """The limit is the small run's peak plus 25 %; the large data is at least 4 times that
+    on disk (uncompressed, random: nothing to squeeze), read in one epoch under it.
+
+    A run's peak is not one number: resident memory moves in steps of 16 MiB (a batch, the
+    wide layer's gradient, Adam's temporaries), and a peak is the moment most of them
+    coexist, which a run of more steps meets more often. Six runs each on a quiet machine:
+    small runs (256 files) 522-571 MiB, large runs (2,200) 540-571 MiB, and 7,000 files
+    574 MiB: bounded, but one CI run's large FileData run passed its small run's 658 MiB
+    by 10.03 %, the limit this test had. 25 % is eight or more such buffers above the small
+    peak; a loader that kept what it read would pass the limit by gigabytes."""
     write_wide(kind, tmp_path / "small", 256)
     small_peak, _ = peak_rss_of_fit(kind, tmp_path / "small-run", tmp_path / "small")
-    limit = int(small_peak * 1.1)
+    limit = int(small_peak * 1.25)
     samples = 4 * limit // ((WIDE[kind] + 2) * 4) + 256
     on_disk = write_wide(kind, tmp_path / "large", samples)
     assert on_disk >= 4 * limit
