@@ -31,10 +31,10 @@ What each render runs, and why (RUNS):
   configuration and commands.
 """
 
-import subprocess
 import sys
 
 import pytest
+from copier_lightning_core.testing import launch
 
 from conftest import LIBRARY_TESTS, assert_project_tests_pass, library_tests_pass
 
@@ -131,12 +131,10 @@ def test_plain_pytest_runs_the_owners_tests_and_the_contract(installed):
     """What `pytest` collects in a render: the owner's tests and the contract, nothing else."""
 
     def collected(*args: str) -> set[str]:
-        result = subprocess.run(
+        result = launch.run(  # forked, as the inner runs are (assert_project_tests_pass)
             [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
              *args],
             cwd=installed("defaults"),
-            capture_output=True,
-            text=True,
         )  # fmt: skip
         return {line.split("::")[0] for line in result.stdout.splitlines() if "::" in line}
 
