@@ -33,12 +33,14 @@ What each render runs, and why (RUNS):
   are the defaults render's, which runs the rest.
 """
 
-import sys
-
 import pytest
-from copier_lightning_core.testing import launch
 
-from conftest import LIBRARY_TESTS, assert_project_tests_pass, library_tests_pass
+from conftest import (
+    LIBRARY_TESTS,
+    assert_project_tests_pass,
+    library_tests_pass,
+    project_command,
+)
 
 DEEP = str(LIBRARY_TESTS)
 # defaults: the library suite's parts (files of core/tests), the slowest first; the
@@ -125,11 +127,9 @@ def test_plain_pytest_runs_the_owners_tests_and_the_contract(installed):
     """What `pytest` collects in a render: the owner's tests and the contract, nothing else."""
 
     def collected(*args: str) -> set[str]:
-        result = launch.run(  # forked, as the inner runs are (assert_project_tests_pass)
-            [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-             *args],
-            cwd=installed("defaults"),
-        )  # fmt: skip
+        result = project_command(
+            installed("defaults"), "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args
+        )
         return {line.split("::")[0] for line in result.stdout.splitlines() if "::" in line}
 
     fast = collected()
