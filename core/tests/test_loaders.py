@@ -1,6 +1,7 @@
 """`loaders.LoaderOptions`: DataLoader settings resolved from the machine, bad values refused;
 `loaders.as_stateful`: a plain DataLoader rebuilt as a StatefulDataLoader yields the same."""
 
+import multiprocessing
 import os
 import sys
 
@@ -12,6 +13,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from copier_lightning_core import Refusal
 from copier_lightning_core.cli import ProjectCLI
+from copier_lightning_core.platform.loader_rules import available_cpus
 from copier_lightning_core.platform.loaders import (
     MAX_AUTO_WORKERS,
     LoaderOptions,
@@ -208,3 +210,33 @@ def test_a_subclass_that_only_sets_arguments_is_rebuilt_one_that_iterates_otherw
     assert sorted(torch.cat([b.flatten() for b in batches]).tolist()) == numbers.tolist()
     (gap,) = resume_gaps(CountingLoader(numbers))
     assert f"{__name__}.CountingLoader" in gap and "changes how it iterates" in gap
+
+
+def test_after_a_loader_refused_in_its_method_a_fit_still_ends_its_loader_workers(tmp_path):
+    """Lightning patches every DataLoader class while it calls a loader method and puts them
+    back only when the method returns (private_apis.end_loader_recording). Left patched by a
+    refusal, every later loader of the process keeps its iterators, and their worker
+    processes outlive the fit that started them until a garbage collection, which then
+    waits up to 5 s on each."""
+    refused = [
+        "fit",
+        *FAST,
+        *FLAVOURS["tabular"],
+        "--data=faulty_data.PlainLoadersData",
+        f"--data.loader_processes={available_cpus() + 1}",
+        f"--trainer.default_root_dir={tmp_path / 'refused'}",
+    ]
+    with pytest.raises(Refusal, match="more DataLoader worker processes than"):
+        ProjectCLI(args=refused)
+    before = set(multiprocessing.active_children())
+    ProjectCLI(
+        args=[
+            "fit",
+            *FAST,
+            *FLAVOURS["sequence"],
+            "--data.num_workers=2",  # persistent: they live as long as the loader's iterator
+            "--test_after_fit=false",
+            f"--trainer.default_root_dir={tmp_path / 'fit'}",
+        ]
+    )
+    assert set(multiprocessing.active_children()) - before == set()

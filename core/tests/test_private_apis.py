@@ -14,11 +14,14 @@ import lightning as L
 import pytest
 import torch
 import yaml
+from lightning.fabric.utilities.data import _replace_dunder_methods
 from lightning.pytorch import loggers
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.loggers import Logger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from torch import nn
+from torch.utils.data import BatchSampler, DataLoader
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from copier_lightning_core import logs_this_step
 from copier_lightning_core.platform.private_apis import (
@@ -29,6 +32,7 @@ from copier_lightning_core.platform.private_apis import (
     ddp_wrapper_kwargs,
     dump_cuda_allocations,
     dynamo_supports_this_python,
+    end_loader_recording,
     flat_hyperparameters,
     graph_breaks,
     has_compiled_code,
@@ -368,3 +372,26 @@ def test_ddp_wrapper_kwargs_are_what_lightning_gives_distributed_data_parallel(m
     )
     strategy._setup_model(nn.Linear(1, 1))
     assert received["find_unused_parameters"] is True
+
+
+def test_lightnings_loader_recording_stays_on_after_an_error_and_end_loader_recording_ends_it():
+    """The context the data connector calls each `*_dataloader` method in; the day Lightning
+    restores the classes on an error itself, the first assertion fails by name."""
+    classes = (DataLoader, StatefulDataLoader, BatchSampler)
+    originals = {cls: (cls.__init__, cls.__setattr__, cls.__delattr__) for cls in classes}
+    with (
+        pytest.raises(RuntimeError),
+        _replace_dunder_methods(DataLoader, "dataset"),  # as the data connector does
+        _replace_dunder_methods(BatchSampler),
+    ):
+        raise RuntimeError("a loader method that raises")
+    try:
+        assert all(cls.__setattr__ is not originals[cls][1] for cls in classes)
+        loader = StatefulDataLoader(list(range(4)))
+        loader.kept = 1  # recorded (`((name, value), tag)`), outside any loader method
+        assert [entry for entry, _ in loader.__pl_attrs_record] == [("kept", 1)]
+    finally:
+        end_loader_recording()  # (also when an assertion above fails: the other tests)
+    for cls in classes:
+        assert (cls.__init__, cls.__setattr__, cls.__delattr__) == originals[cls], cls
+    assert not hasattr(DataLoader(list(range(4))), "__pl_attrs_record")

@@ -35,6 +35,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from ..platform.bad_input import check_loader, refuse_empty_training_set
 from ..platform.loaders import as_stateful, class_name, rebuildable, resume_gaps
+from ..platform.private_apis import end_loader_recording
 from ..platform.signals import shield_workers
 
 HOOKS = ("train_dataloader", "val_dataloader", "test_dataloader", "predict_dataloader")
@@ -85,6 +86,16 @@ class Watched:
         self._told = False  # the rebuild and what cannot resume exactly: said once a run
 
     def __call__(self) -> Any:
+        try:
+            return self._checked_loaders()
+        except BaseException:
+            # Lightning calls this inside a context that patches every DataLoader class and
+            # restores them only when it returns: a refusal here would leave each later
+            # loader of this process keeping its iterators and their workers alive.
+            end_loader_recording()
+            raise
+
+    def _checked_loaders(self) -> Any:
         try:
             loaders = self.__wrapped__(self.owner)
         except ValueError as error:

@@ -59,6 +59,17 @@ training run in some odd way.
   store the model's hyperparameters. The provenance record of every checkpoint holds that
   same config as YAML; a dump of its own would cost a command another pass of jsonargparse
   over the whole config (about 0.05 s, a tenth of a small fit).
+- `end_loader_recording` (loader_hooks.py): while Lightning calls a `*_dataloader`
+  method, it patches `__init__`, `__setattr__` and `__delattr__` of DataLoader and
+  BatchSampler and every subclass (`_replace_dunder_methods`), to record how a loader was
+  built and rebuild it with a DistributedSampler. It restores them after the method
+  returns, but not when the method raises (no `try`/`finally`): a refused loader, or any
+  error in your loader method, leaves every DataLoader class of the process recording each
+  attribute ever set. Each iterator (`_iterator`) is then kept in its loader's record, and
+  with it the iterator's worker processes, long after Lightning let it go: a later fit in
+  the same process (a notebook, the tests) accumulates idle workers, and a garbage
+  collection later waits up to 5 s on each one. It puts back the methods Lightning saved,
+  as its own exit does.
 - `dynamo_supports_this_python`, `known_compile_modes` (doctor/context.py): whether dynamo runs
   on this Python and which `torch.compile(mode=...)` names this torch knows; torch.compile's
   own docstring points at `torch._inductor.list_mode_options()` for the list.
@@ -87,9 +98,11 @@ from lightning.fabric.utilities.logger import _convert_params, _flatten_dict
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.strategies import DDPStrategy
+from lightning_utilities.core.inheritance import get_all_subclasses
 from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 from torch._dynamo.exc import TorchDynamoException as DynamoError
 from torch._dynamo.utils import counters
+from torch.utils.data import BatchSampler, DataLoader
 
 __all__ = [
     "DynamoError",
@@ -99,6 +112,7 @@ __all__ = [
     "ddp_wrapper_kwargs",
     "dump_cuda_allocations",
     "dynamo_supports_this_python",
+    "end_loader_recording",
     "flat_hyperparameters",
     "graph_breaks",
     "has_compiled_code",
@@ -180,6 +194,22 @@ def restart_train_iterator(trainer: L.Trainer) -> None:
     fetcher = trainer.fit_loop._data_fetcher
     if fetcher is not None:
         iter(fetcher)
+
+
+def end_loader_recording() -> None:
+    """Undo what Lightning's loader-recording context patched, when an exception left it.
+
+    The names and the restoring loop are those of its own exit
+    (`lightning.fabric.utilities.data._replace_dunder_methods`); a class it did not patch
+    keeps its methods, so this is a no-op once Lightning restores them itself.
+    """
+    patched = {DataLoader, BatchSampler} | get_all_subclasses(DataLoader)
+    for cls in patched | get_all_subclasses(BatchSampler):
+        for name in ("__setattr__", "__delattr__", "__init__"):
+            saved = f"__old{name}"
+            if saved in cls.__dict__:  # patched on this class, not inherited
+                setattr(cls, name, cls.__dict__[saved])
+                delattr(cls, saved)
 
 
 def record_cuda_allocations(max_entries: int) -> None:
