@@ -15,9 +15,10 @@ What each render runs, and why (RUNS):
   `pytest` of its own, so that a parallel run (`pytest -n`) runs the parts side by side.
   The last part is the suite less the files the others name: a new test file is run
   there without being listed, a renamed one fails its part (pytest finds no such file).
-  test_resume.py is a part alone: its in-process resumed fits leave loader workers behind
-  (torchdata's iterators, which Lightning's teardown does not shut down), and a garbage
-  collection later in the same process waits 10 s for each of them.
+  test_resume.py's in-process resumed fits start loader workers; a refusal in a loader
+  method (test_bad_input.py, same part) once made every later loader of the process keep
+  its workers, which a garbage collection then waited 5 s for each. It no longer does
+  (test_loaders.py proves it), so the two share a part.
 - `all_loggers` runs the library's tests where the loggers answer reaches: the tests that
   read what the loggers wrote (metrics, hyperparameters, a logger's run continued on
   resume, `compare`, the default config's fit), chosen by name (ALL_LOGGERS_TESTS), and the
@@ -46,13 +47,12 @@ DEEP = str(LIBRARY_TESTS)
 # defaults: the library suite's parts (files of core/tests), the slowest first; the
 # remaining files are the last part. Each part takes about 1-2 minutes on 2 CPU cores.
 DEEP_PARTS = {
-    "resume": ["test_resume.py"],
     # the memory cells write and read 3 GB each: a part of their own, beside the others
     "data_recipes": ["test_data_recipes.py", "-k", "not memory_limit"],
     "data_memory": ["test_data_recipes.py", "-k", "memory_limit"],
     "sweep": ["test_sweep.py"],
     "presets": ["test_presets.py"],
-    "bad_input-sharding": ["test_bad_input.py", "test_sharding.py"],
+    "bad_input-sharding-resume": ["test_bad_input.py", "test_sharding.py", "test_resume.py"],
     "precommit-resolver": ["test_precommit.py", "test_resolver.py"],
     # its adapters test builds a peft module: the one part with the zoo on its path (ZOO_PARTS)
     "export": ["test_export.py"],
