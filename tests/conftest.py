@@ -221,7 +221,7 @@ def assert_project_tests_pass(project: Path, *pytest_args: str, zoo: bool = Fals
     `zoo`: with the conformance matrix's architectures importable (with_zoo)."""
     env = {**os.environ, "WANDB_MODE": "offline"}
     # Forked, as project_command's commands are: a fresh interpreter would spend about 4 s of
-    # CPU importing torch and Lightning before collecting a test, in each of the suite's 18
+    # CPU importing torch and Lightning before collecting a test, in each of the suite's
     # inner runs (3 to 7 s less each in paired whole-suite runs on 2 cores).
     result = launch.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args],

@@ -17,7 +17,7 @@ What each render runs, and why (RUNS):
   there without being listed, a renamed one fails its part (pytest finds no such file).
   test_resume.py's in-process resumed fits start loader workers; a refusal in a loader
   method (test_bad_input.py, same part) once made every later loader of the process keep
-  its workers, which a garbage collection then waited 5 s for each. It no longer does
+  its workers, and a garbage collection then waited 5 s on each. It no longer does
   (test_loaders.py proves it), so the two share a part.
 - `all_loggers` runs the library's tests where the loggers answer reaches: the tests that
   read what the loggers wrote (metrics, hyperparameters, a logger's run continued on

@@ -203,13 +203,13 @@ def end_loader_recording() -> None:
     (`lightning.fabric.utilities.data._replace_dunder_methods`); a class it did not patch
     keeps its methods, so this is a no-op once Lightning restores them itself.
     """
-    patched = {DataLoader, BatchSampler} | get_all_subclasses(DataLoader)
-    for cls in patched | get_all_subclasses(BatchSampler):
-        for name in ("__setattr__", "__delattr__", "__init__"):
-            saved = f"__old{name}"
-            if saved in cls.__dict__:  # patched on this class, not inherited
-                setattr(cls, name, cls.__dict__[saved])
-                delattr(cls, saved)
+    for base in (DataLoader, BatchSampler):
+        for cls in get_all_subclasses(base) | {base}:
+            for name in ("__setattr__", "__delattr__", "__init__"):
+                saved = f"__old{name}"
+                if saved in cls.__dict__:  # patched on this class, not inherited
+                    setattr(cls, name, cls.__dict__[saved])
+                    delattr(cls, saved)
 
 
 def record_cuda_allocations(max_entries: int) -> None:
