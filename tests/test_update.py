@@ -190,11 +190,15 @@ def test_update_brings_template_fixes_and_keeps_user_edits(release_a, tmp_path):
 
     # The updated project is the suite's own template with the release's edits, whose
     # whole suite test_generated_projects runs: here, that the merged project still
-    # parses its config, trains and passes the user's tests.
+    # parses its config, trains and passes the user's tests. Not the race of three fresh
+    # interpreters generating the data at once (about 15 s on 2 cores): it reads only
+    # data.py, which this release leaves alone, and the defaults render runs it.
     install_editable(project)
     try:
         assert_project_tests_pass(
-            project, "-m", "not slow", "tests/test_model.py", "tests/test_data.py"
+            project,
+            *("-m", "not slow", "-k", "not started_at_once"),
+            *("tests/test_model.py", "tests/test_data.py"),
         )
     finally:
         uninstall(PACKAGE)
