@@ -7,8 +7,8 @@ cd "$(dirname "$0")/.."
 source scripts/venv.sh
 export WANDB_MODE=offline
 # pytest keeps each test module it rewrites (assertion rewriting) as bytecode in
-# __pycache__, and the suite starts about 25 pytest processes over the same library tests
-# and renders. With PYTHONDONTWRITEBYTECODE set (some CI images and containers set it),
+# __pycache__, and the suite starts about 18 pytest runs over the same library tests and
+# renders. With PYTHONDONTWRITEBYTECODE set (some CI images and containers set it),
 # every one of them rewrites and compiles them again: 1.5 s of CPU for each collection of
 # the library's suite. The folders are git-ignored here and in every render.
 unset PYTHONDONTWRITEBYTECODE
