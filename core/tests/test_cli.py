@@ -1,10 +1,13 @@
 """The command line itself: default config, shipped YAMLs, dispatch, help and its errors."""
 
+import contextlib
 import inspect
+import io
 import re
 import subprocess
 import sys
 
+import jsonargparse
 import pytest
 import torch
 import yaml
@@ -93,6 +96,61 @@ def test_a_command_builds_the_parser_of_its_own_subcommand_only():
     )
     with pytest.raises(SystemExit):  # jsonargparse's error: fit is not a choice of this parser
         parser.parse_args(["fit"])
+
+
+def built_parser(default_yaml, monkeypatch):
+    """The parser a `fit` builds, reading its defaults from DEFAULT_YAML (a path)."""
+
+    class BuildOnly(lightning_cli.ProjectCLI):
+        def parse_arguments(self, parser, args) -> None:
+            raise _Built(parser)
+
+    monkeypatch.setattr(lightning_cli, "default_config", lambda: default_yaml)
+    with pytest.raises(_Built) as built:
+        BuildOnly(args=["fit"])
+    return built.value.args[0]
+
+
+def edited_default_config(tmp_path, **trainer) -> object:
+    """configs/default.yaml with these trainer settings, in a file under tmp_path."""
+    edited = yaml.safe_load(default_config().read_text())
+    edited["trainer"].update(trainer)
+    path = tmp_path / "default.yaml"
+    path.write_text(yaml.safe_dump(edited))
+    return path
+
+
+def test_a_parse_reads_the_default_config_once(tmp_path, monkeypatch):
+    """jsonargparse asks the command's parser for its defaults twice in a parse; they are
+    computed once (parser_defaults.py), and each parse computes them again: an edit of the
+    file between two parses is read."""
+    path = edited_default_config(tmp_path, max_epochs=3)
+    parser = built_parser(path, monkeypatch)
+    computed = []
+    compute = jsonargparse.ArgumentParser.get_defaults
+
+    def counted(self, *args, **kwargs):
+        if self.default_config_files:
+            computed.append(self)
+        return compute(self, *args, **kwargs)
+
+    monkeypatch.setattr(jsonargparse.ArgumentParser, "get_defaults", counted)
+    assert parser.parse_args(["fit"]).fit.trainer.max_epochs == 3
+    assert len(computed) == 1, computed
+    path.write_text(path.read_text().replace("max_epochs: 3", "max_epochs: 2"))
+    assert parser.parse_args(["fit"]).fit.trainer.max_epochs == 2
+    assert len(computed) == 2, computed
+
+
+def test_a_bad_value_in_the_default_config_is_refused_naming_the_option(tmp_path, monkeypatch):
+    parser = built_parser(edited_default_config(tmp_path, max_epochs="three"), monkeypatch)
+    stderr = io.StringIO()
+    with pytest.raises(SystemExit) as stopped, contextlib.redirect_stderr(stderr):
+        parser.parse_args(["fit"])
+    assert stopped.value.code == 2
+    said = stderr.getvalue()
+    assert "Traceback" not in said and len(said.splitlines()) <= 3, said
+    assert "error: --trainer.max_epochs three: expected int or null" in said, said
 
 
 def test_relative_paths_are_relative_to_the_project_root(tmp_path):

@@ -57,6 +57,7 @@ from ..platform.project import program
 from ..platform.refusal import Refusal
 from ..platform.yaml_guard import checked_config_words, guard_jsonargparse_yaml
 from .parse_errors import one_paragraph
+from .parser_defaults import DefaultsOncePerParse
 from .precision import check_built_trainer, lightning_refusals
 from .run_folders import experiment_config
 from .run_length import ProjectTrainer
@@ -80,7 +81,7 @@ class RunConfigSaver(SaveConfigCallback):
         super().setup(trainer, pl_module, stage)
 
 
-class ErrorOnlyParser(LightningArgumentParser):
+class ErrorOnlyParser(DefaultsOncePerParse):
     """LightningCLI's parser, whose error is the error and the `--help` tip, no usage first.
 
     jsonargparse prints the whole usage of the command (some 70 lines for `fit`) before
