@@ -16,7 +16,7 @@ Prints each variant's median and runs, the ratio c / b of each repeat (median, m
 and the overhead in bytes per parameter. Target: c / b <= 1.05.
 
 Usage: python benchmarks/memory.py [--width 4096] [--layers 6] [--steps 4] [--repeats 3]
-    [--keep-copy] [--package NAME]
+    [--keep-copy] [--project DIR]
 """
 
 import argparse
@@ -34,7 +34,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from scaffold import installed_project
+from scaffold import given_or_rendered, project_argument
 
 BATCH = 8
 LABELS = {
@@ -204,9 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--keep-copy", action="store_true", help="also measure NonFiniteGuard(keep_copy=True)"
     )
-    parser.add_argument(
-        "--package", help="an installed rendered project's package (default: render this checkout)"
-    )
+    project_argument(parser)
     # One run of one variant, in a fresh process.
     parser.add_argument("--child", choices=tuple(LABELS), help=argparse.SUPPRESS)
     parser.add_argument("--of-package", help=argparse.SUPPRESS)
@@ -217,12 +215,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--width, --layers, --steps and --repeats must be at least 1")
     if args.child:
         return child(args.child, args.of_package, args.root, args)
-    if args.package:
-        with tempfile.TemporaryDirectory(prefix="memory-") as tmp:
-            return measure(args.package, Path(tmp), args)
     with tempfile.TemporaryDirectory(prefix="memory-") as tmp:
         workdir = Path(tmp)
-        with installed_project(workdir, "Memory Bench") as (_, package):
+        with given_or_rendered(args.project, workdir, "Memory Bench") as (_, package):
             return measure(package, workdir, args)
 
 

@@ -44,6 +44,7 @@ loop <= 1.10.
 
 Usage: python benchmarks/overhead.py [--repeats 12] [--warmup 10] [--steps 50] [--threads 1]
     [--cpu N] [--instructions [--instructions-warmup 3] [--instructions-steps 10]]
+    [--project DIR]
 """
 
 import argparse
@@ -69,7 +70,7 @@ from copier_lightning_core.cli import ProjectCLI
 from copier_lightning_core.platform.project import serve
 from lightning.pytorch import Callback, LightningModule, Trainer
 
-from scaffold import installed_project
+from scaffold import given_or_rendered, project_argument
 from stats import spread
 
 # Losses of (a) and (c) must agree to 5 decimals: same seed, data order and optimizer.
@@ -455,6 +456,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--instructions-steps", type=int, default=10, help="steps counted (10: one logging step)"
     )
+    project_argument(parser)
     # The child that --instructions runs under valgrind (an installed project's package).
     parser.add_argument("--count-instructions-of", metavar="PACKAGE", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
@@ -481,7 +483,7 @@ def main(argv: list[str] | None = None) -> int:
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0)) if args.cpu is None else args.cpu})
     with tempfile.TemporaryDirectory(prefix="overhead-") as tmp:
         workdir = Path(tmp)
-        with installed_project(workdir, "Overhead Bench") as (_, package):
+        with given_or_rendered(args.project, workdir, "Overhead Bench") as (_, package):
             return measure(package, workdir, args)
 
 

@@ -7,6 +7,7 @@ so the benchmarks (like the test suite) render a throwaway committed copy of the
 tree: what is measured is exactly the checkout, uncommitted edits included.
 """
 
+import argparse
 import hashlib
 import os
 import shutil
@@ -98,6 +99,29 @@ def installed_project(workdir: Path, project_name: str) -> Iterator[tuple[Path, 
     finally:
         sys.path.remove(str(project / "src"))
         uninstall(package)
+
+
+@contextmanager
+def given_or_rendered(
+    project: Path | None, workdir: Path, project_name: str
+) -> Iterator[tuple[Path, str]]:
+    """`project` (a rendered project already installed here) and its package, as it is; or,
+    without one, a render of this checkout installed for the time of the `with`
+    (installed_project). report.py renders once for the benchmarks it runs."""
+    if project is not None:
+        yield project, package_name(project)
+        return
+    with installed_project(workdir, project_name) as rendered:
+        yield rendered
+
+
+def project_argument(parser: argparse.ArgumentParser) -> None:
+    """The benchmarks' `--project DIR`: what given_or_rendered takes."""
+    parser.add_argument(
+        "--project",
+        type=Path,
+        help="a rendered project installed in this Python (default: render this checkout)",
+    )
 
 
 def install_editable(project: Path) -> None:

@@ -6,7 +6,7 @@ add before training starts. A project is rendered from this checkout and install
 untimed run of each command first generates the example data and compiles the bytecode;
 then the two commands alternate, each in a fresh process, from the project's root.
 
-Usage: python benchmarks/startup.py [--repeats 5]
+Usage: python benchmarks/startup.py [--repeats 5] [--project DIR]
 """
 
 import argparse
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from first_step_probe import MARKER
 
-from scaffold import installed_project
+from scaffold import given_or_rendered, project_argument
 
 HERE = Path(__file__).resolve().parent
 
@@ -81,12 +81,13 @@ def measure(project: Path, package: str, workdir: Path, repeats: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5, help="timed runs of each command")
+    project_argument(parser)
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
     with tempfile.TemporaryDirectory(prefix="startup-") as tmp:
         workdir = Path(tmp)
-        with installed_project(workdir, "Startup Bench") as (project, package):
+        with given_or_rendered(args.project, workdir, "Startup Bench") as (project, package):
             return measure(project, package, workdir, args.repeats)
 
 
