@@ -14,6 +14,7 @@ import yaml
 
 from copier_lightning_core import cli
 from copier_lightning_core.platform.paths import default_config, project_path
+from copier_lightning_core.platform.private_apis import subcommand_parser
 from copier_lightning_core.platform.project import project_root
 from copier_lightning_core.run import lightning_cli
 from copier_lightning_core.run.resolve import _parse_only_cli, resolve_config
@@ -122,7 +123,7 @@ def edited_default_config(tmp_path, **trainer) -> object:
 
 def test_a_parse_reads_the_default_config_once(tmp_path, monkeypatch):
     """jsonargparse asks the command's parser for its defaults twice in a parse; they are
-    computed once (parser_defaults.py), and each parse computes them again: an edit of the
+    computed once (parser_once.py), and each parse computes them again: an edit of the
     file between two parses is read."""
     path = edited_default_config(tmp_path, max_epochs=3)
     parser = built_parser(path, monkeypatch)
@@ -151,6 +152,61 @@ def test_a_bad_value_in_the_default_config_is_refused_naming_the_option(tmp_path
     said = stderr.getvalue()
     assert "Traceback" not in said and len(said.splitlines()) <= 3, said
     assert "error: --trainer.max_epochs three: expected int or null" in said, said
+
+
+def test_a_command_validates_its_config_once_and_not_again_at_each_dump(tmp_path, monkeypatch):
+    """jsonargparse validates a config when it parses it and again at each dump (a command
+    dumps twice: the hyperparameters, config.yaml). The parse's validation stands for the
+    dumps (parser_once.py): a fit, a resumed fit and a validate validate nothing outside
+    their parses, and config.yaml is what a validating dump writes."""
+    outside_parses = []
+    inside = [0]
+
+    def counting(method, count):
+        def counted(self, *args, **kwargs):
+            if count and inside[0] == 0:
+                outside_parses.append(method)
+            inside[0] += 1
+            try:
+                return getattr(jsonargparse.ArgumentParser, f"_counted_{method}")(
+                    self, *args, **kwargs
+                )
+            finally:
+                inside[0] -= 1
+
+        return counted
+
+    for method, count in (("parse_args", False), ("parse_object", False), ("validate", True)):
+        monkeypatch.setattr(
+            jsonargparse.ArgumentParser,
+            f"_counted_{method}",
+            getattr(jsonargparse.ArgumentParser, method),
+            raising=False,
+        )
+        monkeypatch.setattr(jsonargparse.ArgumentParser, method, counting(method, count))
+    args = [*FAST, *FLAVOURS["tabular"], f"--trainer.default_root_dir={tmp_path}"]
+    lightning_cli.ProjectCLI(args=["fit", *args, "--test_after_fit=false"])
+    assert outside_parses == []
+    resumed = lightning_cli.ProjectCLI(
+        args=["fit", *args, "--test_after_fit=false", "--ckpt_path=last", "--trainer.max_epochs=2"]
+    )
+    assert outside_parses == []
+    lightning_cli.ProjectCLI(args=["validate", *args, "--ckpt_path=last"])
+    assert outside_parses == []
+    monkeypatch.undo()
+    section = subcommand_parser(resumed, "fit")
+    checked = section.dump(resumed.config.fit, skip_none=False)  # validates, or raises
+    saved = tmp_path / "csv" / "version_0" / "config-1.yaml"  # the resumed fit continues it
+    assert yaml.safe_load(checked) == yaml.safe_load(saved.read_text())
+
+
+def test_a_config_changed_after_its_validation_is_validated_at_its_dump(tmp_path, monkeypatch):
+    parser = built_parser(edited_default_config(tmp_path), monkeypatch)
+    config = parser.parse_args(["fit"])
+    parser.dump(config)  # as parsed: dumped
+    config.fit.trainer.max_epochs = "three"
+    with pytest.raises(TypeError, match="max_epochs"):
+        parser.dump(config)
 
 
 def test_relative_paths_are_relative_to_the_project_root(tmp_path):

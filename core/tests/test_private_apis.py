@@ -16,7 +16,7 @@ import torch
 import yaml
 from lightning.fabric.utilities.data import _replace_dunder_methods
 from lightning.pytorch import loggers
-from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import Logger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from torch import nn
@@ -44,6 +44,7 @@ from copier_lightning_core.platform.private_apis import (
     restart_train_iterator,
     skips_on_found_inf,
     stop_recording_cuda_allocations,
+    subcommand_parser,
 )
 from copier_lightning_core.run.lightning_cli import ProjectCLI
 from copier_lightning_core.run.loggers import ContinuingWriter, CSVLogger
@@ -191,6 +192,22 @@ def test_command_config_dump_is_the_commands_resolved_config_as_the_parser_dumps
         Dumped(args=["fit", *FAST, *FLAVOURS["sequence"], root])
     assert dumps["kept"] == dumps["parser"]
     assert dumps["kept"]["model"]["init_args"]["num_classes"] == 3  # linked from data
+
+
+def test_subcommand_parser_is_the_parser_lightning_gives_its_save_config_callback(tmp_path):
+    """ProjectCLI tells that parser the command's section was validated (parser_once.py)."""
+    seen = {}
+
+    class Seen(ProjectCLI):
+        def before_fit(self) -> None:
+            (saver,) = [cb for cb in self.trainer.callbacks if isinstance(cb, SaveConfigCallback)]
+            seen["saver"], seen["ours"] = saver.parser, subcommand_parser(self, "fit")
+            raise _Parsed
+
+    root = f"--trainer.default_root_dir={tmp_path}"
+    with pytest.raises(_Parsed):
+        Seen(args=["fit", *FAST, *FLAVOURS["tabular"], root])
+    assert seen["saver"] is seen["ours"]
 
 
 def test_continuing_writer_appends_to_the_metrics_it_finds(tmp_path):

@@ -37,6 +37,11 @@ training run in some odd way.
   sends (nested keys joined by `/`, by Lightning's own `_flatten_dict`). A continued
   MLflow run must leave out exactly the names it already holds, and a copy of the
   flattening rule would drift from the names Lightning logs.
+- `subcommand_parser` (lightning_cli.py): the parser of one command (`fit`, ...), which
+  LightningCLI keeps in `_subcommand_parsers` and hands to SaveConfigCallback with the
+  command's section of the config. ProjectCLI validates the whole config once and tells
+  that parser its section was validated with it, so that writing `config.yaml` does not
+  validate it again (parser_once.py); no public name reaches it before the callback is made.
 - `kept_experiment` (loggers.py): Lightning's CSV logger makes its `ExperimentWriter` in
   its `experiment` property and keeps it in `_experiment`; no argument or hook chooses
   the writer's class. The project's CSVLogger writes with `ContinuingWriter` (which keeps
@@ -95,7 +100,7 @@ from typing import Any
 import lightning as L
 import torch
 from lightning.fabric.utilities.logger import _convert_params, _flatten_dict
-from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.strategies import DDPStrategy
 from lightning_utilities.core.inheritance import get_all_subclasses
@@ -167,6 +172,11 @@ def command_config_dump(cli: LightningCLI) -> dict[str, Any]:
     cli._dump_config()
     dump: dict[str, Any] = cli.config_dump
     return dump
+
+
+def subcommand_parser(cli: LightningCLI, subcommand: str) -> LightningArgumentParser:
+    """The parser of `cli`'s command `subcommand`, which its SaveConfigCallback is given."""
+    return cli._parser(subcommand)
 
 
 def kept_experiment(

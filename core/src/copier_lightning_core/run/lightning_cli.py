@@ -52,12 +52,12 @@ from ..platform.paths import (
     project_path,
     unused_name,
 )
-from ..platform.private_apis import command_config_dump
+from ..platform.private_apis import command_config_dump, subcommand_parser
 from ..platform.project import program
 from ..platform.refusal import Refusal
 from ..platform.yaml_guard import checked_config_words, guard_jsonargparse_yaml
 from .parse_errors import one_paragraph
-from .parser_defaults import DefaultsOncePerParse
+from .parser_once import ParsesOnce, filling_in, validated_once
 from .precision import check_built_trainer, lightning_refusals
 from .run_folders import experiment_config
 from .run_length import ProjectTrainer
@@ -81,7 +81,7 @@ class RunConfigSaver(SaveConfigCallback):
         super().setup(trainer, pl_module, stage)
 
 
-class ErrorOnlyParser(DefaultsOncePerParse):
+class ErrorOnlyParser(ParsesOnce):
     """LightningCLI's parser, whose error is the error and the `--help` tip, no usage first.
 
     jsonargparse prints the whole usage of the command (some 70 lines for `fit`) before
@@ -266,7 +266,8 @@ class ProjectCLI(LightningCLI):
         )
         command = self.config.subcommand
         refuse_bad_input(command, self.config[command])
-        self.plan = plan_run(command, self.config[command], words[1:])
+        with filling_in(parser, self.config):
+            self.plan = plan_run(command, self.config[command], words[1:])
 
     def _parse_ckpt_path(self) -> None:
         """LightningCLI's own read of `--ckpt_path`, from the run plan's checkpoint.
@@ -285,13 +286,18 @@ class ProjectCLI(LightningCLI):
         """Reconcile the checkpoint's hyperparameters, then claim the plan's run folder.
 
         In this order, so a fit refused by its checkpoint writes nothing, not even
-        `command.txt` (RunPlan.claim).
+        `command.txt` (RunPlan.claim). The config is validated once here, before the claim
+        (what a checkpoint's hyperparameters changed); its two dumps do not validate it
+        again (parser_once.py).
         """
         hparams = self.plan.hparams
         if hparams is not None:  # LightningCLI has applied the saved ones by now
             self.config = hparams.apply_recorded(self.parser, self.config)
             hparams.reconcile(self.config[self.plan.command])
-        self.plan.claim(self.config[self.plan.command])
+        command = self.plan.command
+        validated_once(self.parser, subcommand_parser(self, command), self.config)
+        with filling_in(self.parser, self.config):
+            self.plan.claim(self.config[command])
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
         config = self.config_init[self.subcommand]
