@@ -31,7 +31,7 @@ from its checkpoint, 0.49 s and 0.41 s (medians of 3 pairs; test_cli.py:
 `test_a_command_validates_its_config_once_and_not_again_at_each_dump`).
 """
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
@@ -72,16 +72,17 @@ class ParsesOnce(LightningArgumentParser):
     _validated: Namespace | None = None
 
     def parse_args(self, *args: Any, **kwargs: Any) -> Namespace:  # type: ignore[override]
-        with _one_parse() as top_level:
-            parsed: Namespace = super().parse_args(*args, **kwargs)
-        if top_level and not kwargs:  # none of jsonargparse's `_skip_validation` and kin
-            self._validated = parsed.clone()
-        return parsed
+        return self._parse_once(super().parse_args, *args, **kwargs)
 
     def parse_object(self, *args: Any, **kwargs: Any) -> Namespace:
+        return self._parse_once(super().parse_object, *args, **kwargs)
+
+    def _parse_once(self, parse: Callable[..., Namespace], *args: Any, **kwargs: Any) -> Namespace:
+        """`parse(*args, **kwargs)` with the defaults kept for its length; a top-level parse
+        keeps a copy of the config it validated."""
         with _one_parse() as top_level:
-            parsed: Namespace = super().parse_object(*args, **kwargs)
-        if top_level and not kwargs:
+            parsed = parse(*args, **kwargs)
+        if top_level and not kwargs:  # none of jsonargparse's `_skip_validation` and kin
             self._validated = parsed.clone()
         return parsed
 
