@@ -31,6 +31,7 @@ from its checkpoint, 0.49 s and 0.41 s (medians of 3 pairs; test_cli.py:
 `test_a_command_validates_its_config_once_and_not_again_at_each_dump`).
 """
 
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -40,8 +41,9 @@ import jsonargparse
 from jsonargparse import Namespace
 from lightning.pytorch.cli import LightningArgumentParser
 
-# Whether this jsonargparse names dump's `skip_none` `skip_unset` (from 4.49).
-_SKIP_UNSET = tuple(map(int, jsonargparse.__version__.split(".")[:2])) >= (4, 49)
+# Whether this jsonargparse names dump's `skip_none` `skip_unset` (from 4.49); read from the
+# version's leading numbers, so that a pre-release (`4.50.0rc1`) reads as its release.
+_SKIP_UNSET = tuple(map(int, re.findall(r"\d+", jsonargparse.__version__)[:2])) >= (4, 49)
 
 # The defaults computed in the parse under way, by parser and `skip_validation`; None outside one.
 _COMPUTED: ContextVar[dict[tuple[Any, bool], Namespace] | None] = ContextVar(
