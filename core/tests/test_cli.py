@@ -16,7 +16,7 @@ from copier_lightning_core import cli
 from copier_lightning_core.platform.paths import default_config, project_path
 from copier_lightning_core.platform.private_apis import subcommand_parser
 from copier_lightning_core.platform.project import project_root
-from copier_lightning_core.run import lightning_cli
+from copier_lightning_core.run import lightning_cli, run_plan
 from copier_lightning_core.run.resolve import _parse_only_cli, resolve_config
 from harness import FAST, FLAVOURS, PROJECT, refusal_of_main
 from toy import ToySequenceClassifier, ToySequenceData, ToySignals
@@ -192,6 +192,21 @@ def test_a_command_validates_its_config_once_and_not_again_at_each_dump(tmp_path
     )
     assert outside_parses == []
     lightning_cli.ProjectCLI(args=["validate", *args, "--ckpt_path=last"])
+    assert outside_parses == []
+    # A fresh folder the plan chose, taken when claimed: the run moves to `<name>-1`, and
+    # both the hyperparameters and config.yaml are dumped from the config as moved.
+    claim_fresh = run_plan.claim_fresh
+
+    def taken(root):
+        root.mkdir(parents=True)
+        return claim_fresh(root)
+
+    monkeypatch.setattr(run_plan, "claim_fresh", taken)
+    moved = lightning_cli.ProjectCLI(
+        args=["fit", *FAST, *FLAVOURS["tabular"], f"--runs_dir={tmp_path / 'runs'}",
+              "--test_after_fit=false"]
+    )  # fmt: skip
+    assert moved.config.fit.trainer.default_root_dir.endswith("-1")
     assert outside_parses == []
     monkeypatch.undo()
     section = subcommand_parser(resumed, "fit")

@@ -295,8 +295,7 @@ class ProjectCLI(LightningCLI):
             self.config = hparams.apply_recorded(self.parser, self.config)
             hparams.reconcile(self.config[self.plan.command])
         command = self.plan.command
-        validated_once(self.parser, subcommand_parser(self, command), self.config)
-        with filling_in(self.parser, self.config):
+        with validated_once(self.parser, subcommand_parser(self, command), self.config):
             self.plan.claim(self.config[command])
 
     def instantiate_trainer(self, **kwargs: Any) -> Trainer:
