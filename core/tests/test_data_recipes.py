@@ -26,6 +26,7 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from copier_lightning_core import FileSamples, ParquetRows, Refusal
 from copier_lightning_core.cli import ProjectCLI
 from copier_lightning_core.platform.loaders import resume_gaps
+from copier_lightning_core.platform.worker_start import forks_can_hang
 from copier_lightning_core.testing import launch
 from copier_lightning_core.tools.determinism import compare_checkpoints
 from copier_lightning_core.tools.doctor.command import main as doctor
@@ -391,6 +392,9 @@ def samples_seen_by_two_ranks(kind: str, data: Path | str, strategy: str, root: 
     args = [*args, f"--config={preset.resolve()}", "--trainer.devices=2"]
     result = launch.run([sys.executable, "-m", PROJECT, *args], cwd=TESTS, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
+    # Where forked workers can hang (CPython gh-112275), they started from a forkserver.
+    said = "DataLoader workers start from a forkserver" in result.stdout + result.stderr
+    assert said is forks_can_hang()
     seen = [
         [int(line) for line in (root / f"ids-rank{rank}.txt").read_text().split()]
         for rank in (0, 1)

@@ -13,7 +13,9 @@ built with `LoaderOptions` or not), is
   orders each epoch, and an epoch boundary resumes exactly);
 - checked (bad_input.check_loader): worker count (with every training process on this
   machine), and a training set with batches;
-- given workers that leave SIGTERM / Ctrl-C to the main process (signals.shield_workers);
+- given workers that leave SIGTERM / Ctrl-C to the main process (signals.shield_workers),
+  started from a forkserver in a run of several processes on a Python whose forked
+  workers can hang as they start (worker_start.start_workers_safely);
 - for training, read for what a resume could not replay (loaders.resume_gaps: a loader
   subclass, an IterableDataset or a sampler without saved state), named in one warning
   with its fix before the first batch, not discovered after a resume.
@@ -37,6 +39,7 @@ from ..platform.bad_input import check_loader, refuse_empty_training_set
 from ..platform.loaders import as_stateful, class_name, rebuildable, resume_gaps
 from ..platform.private_apis import end_loader_recording
 from ..platform.signals import shield_workers
+from ..platform.worker_start import start_workers_safely
 
 HOOKS = ("train_dataloader", "val_dataloader", "test_dataloader", "predict_dataloader")
 # The loaders a fit draws from: a resumed run must replay the train loader's position and
@@ -118,9 +121,11 @@ class Watched:
             loaders = _replace_plain(loaders, rebuilt, streams_only=not one_process)
         rank = trainer.global_rank if trainer is not None else 0  # what workers are seeded with
         processes = trainer.num_devices if trainer is not None else 1  # on this machine
+        world_size = trainer.world_size if trainer is not None else 1
         for loader in _each(loaders):
             check_loader(loader, self.hook, processes)
             shield_workers(loader, rank)
+            start_workers_safely(loader, world_size)  # after shield_workers: it pickles that
             tell_batching(loader)
         if not self._told:
             self._told = True

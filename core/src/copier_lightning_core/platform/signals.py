@@ -33,14 +33,7 @@ from typing import Any
 from lightning.fabric.utilities.seed import pl_worker_init_function
 
 from .refusal import Refusal
-
-# Signals a worker leaves to the main process: the interrupts, and SLURM's requeue signals
-# (SLURM signals every process of a job step; Lightning's requeue handler runs in the main one).
-WORKER_IGNORES = tuple(
-    getattr(signal, name)
-    for name in ("SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2")
-    if hasattr(signal, name)
-)
+from .worker_signals import WORKER_IGNORES
 
 
 class IgnoreInterrupts:

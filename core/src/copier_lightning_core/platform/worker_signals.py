@@ -1,0 +1,12 @@
+"""The signals a loader worker leaves to the main process, apart: the forkserver imports
+this (forkserver_preload.py), and must not import Lightning for it."""
+
+import signal
+
+# The interrupts, and SLURM's requeue signals (SLURM signals every process of a job step;
+# Lightning's requeue handler runs in the main one).
+WORKER_IGNORES = tuple(
+    getattr(signal, name)
+    for name in ("SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2")
+    if hasattr(signal, name)
+)
