@@ -140,8 +140,9 @@ class PayloadProbe:
         if self.error is not None:
             return (
                 f"its dataset, collate_fn or worker_init_fn does not pickle ({self.error}); "
-                "open files or connections in the worker (in `__getitem__`, or a "
-                "worker_init_fn) rather than in `__init__`"
+                "define functions at a module's top level (not lambdas or nested "
+                "functions), and open files or connections in the worker (in "
+                "`__getitem__`, or a worker_init_fn) rather than in `__init__`"
             )
         lost = sorted(name for name in self.modules if not _importable(name))
         if lost:
