@@ -115,13 +115,12 @@ class Watched:
         # fast-forward that sampler before Lightning sets its epoch. So there only a loader
         # over an IterableDataset, which Lightning leaves as it is, is rebuilt.
         trainer = _trainer(self.owner)
+        world_size = trainer.world_size if trainer is not None else 1
         fitting = trainer is None or trainer.state.fn == "fit"
         if self.hook in FIT_HOOKS and fitting:
-            one_process = trainer is None or trainer.world_size == 1
-            loaders = _replace_plain(loaders, rebuilt, streams_only=not one_process)
+            loaders = _replace_plain(loaders, rebuilt, streams_only=world_size > 1)
         rank = trainer.global_rank if trainer is not None else 0  # what workers are seeded with
         processes = trainer.num_devices if trainer is not None else 1  # on this machine
-        world_size = trainer.world_size if trainer is not None else 1
         for loader in _each(loaders):
             check_loader(loader, self.hook, processes)
             shield_workers(loader, rank)

@@ -39,6 +39,7 @@ import multiprocessing
 import multiprocessing.forkserver
 import os
 import pickle
+import re
 import shutil
 import sys
 import types
@@ -58,9 +59,9 @@ MAX_PAYLOAD_BYTES = 64 * 2**20
 # loader's own queues and events.
 MAX_STORAGES_SENT = multiprocessing.forkserver.MAXFDS_TO_SEND
 MAX_STORAGES = MAX_STORAGES_SENT // 2
-# The module the forkserver imports first: it leaves interrupt signals to the main
-# process (forkserver_preload.py).
-SIGNAL_SHIELD = f"{__package__}.forkserver_preload"
+# The module the forkserver imports first: it leaves interrupt signals to the training
+# process, and ends with it (forkserver_preload.py).
+FORKSERVER_PRELOAD = f"{__package__}.forkserver_preload"
 UPGRADE = "Python 3.11.10 or newer (3.10.15 on 3.10) forks them safely"
 
 
@@ -85,7 +86,7 @@ def start_workers_safely(loader: Any, processes: int) -> None:
     context = multiprocessing.get_context("forkserver")
     # Read once, when the forkserver starts: it imports what unpickling needs, so each
     # worker forked from it starts without importing torch and the dataset's code again.
-    context.set_forkserver_preload([SIGNAL_SHIELD, "torch", *sorted(probe.modules)])
+    context.set_forkserver_preload([FORKSERVER_PRELOAD, "torch", *sorted(probe.modules)])
     loader.multiprocessing_context = context
     _tell_forkserver()
 
@@ -131,7 +132,9 @@ class PayloadProbe:
         try:
             _ProbingPickler(counter, probe).dump(payload)
         except Exception as error:  # any failure to pickle (objects raise what they like)
-            probe.error = f"{type(error).__name__}: {error}"
+            # Without objects' addresses: the same reason reads the same for each loader
+            # (said once: _warn_kept_fork), and an address tells a reader nothing.
+            probe.error = re.sub(r" at 0x[0-9a-f]+", "", f"{type(error).__name__}: {error}")
         probe.copied_bytes += counter.written
         return probe
 
