@@ -35,7 +35,7 @@ DEFAULT_OUTPUT = HERE / "RESULTS.md"
 COUNTS_INSTRUCTIONS = ["--instructions"] if shutil.which("valgrind") else []
 BENCHMARKS = {
     "overhead": (COUNTS_INSTRUCTIONS, ["--repeats", "1", "--warmup", "2", "--steps", "3"]),
-    "startup": ([], ["--repeats", "1"]),
+    "startup": ([], ["--repeats", "1", "--warmup", "0"]),
     "render": ([], ["--repeats", "1"]),
     "memory": (
         ["--keep-copy"],

@@ -5,8 +5,10 @@ ratio of the medians says what the CLI, the config, the data module and the call
 add before training starts. A project is rendered from this checkout and installed; one
 untimed run of each command first generates the example data and compiles the bytecode;
 then the two commands alternate, each in a fresh process, from the project's root.
+`--warmup 0` skips the untimed runs (report.py's --quick: it checks that the benchmark runs,
+its figures are not kept).
 
-Usage: python benchmarks/startup.py [--repeats 5] [--project DIR]
+Usage: python benchmarks/startup.py [--repeats 5] [--warmup 1] [--project DIR]
 """
 
 import argparse
@@ -44,7 +46,7 @@ def seconds_to(command: list[str], cwd: Path) -> float:
     )
 
 
-def measure(project: Path, package: str, workdir: Path, repeats: int) -> int:
+def measure(project: Path, package: str, workdir: Path, repeats: int, warmup: int) -> int:
     import_lightning = [
         sys.executable, "-c", f"import lightning, time; print({MARKER!r}, time.time())"
     ]  # fmt: skip
@@ -56,8 +58,9 @@ def measure(project: Path, package: str, workdir: Path, repeats: int) -> int:
             f"--trainer.default_root_dir={workdir / f'run-{run}'}",
         ]  # fmt: skip
 
-    seconds_to(fit(-1), project)  # untimed: generates the data, compiles bytecode
-    seconds_to(import_lightning, project)
+    for run in range(-warmup, 0):  # untimed: generates the data, compiles bytecode
+        seconds_to(fit(run), project)
+        seconds_to(import_lightning, project)
     fit_times, import_times = [], []
     for run in range(repeats):
         fit_times.append(seconds_to(fit(run), project))
@@ -81,14 +84,17 @@ def measure(project: Path, package: str, workdir: Path, repeats: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5, help="timed runs of each command")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed runs of each command first")
     project_argument(parser)
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
+    if args.warmup < 0:
+        parser.error("--warmup must be at least 0")
     with tempfile.TemporaryDirectory(prefix="startup-") as tmp:
         workdir = Path(tmp)
         with given_or_rendered(args.project, workdir, "Startup Bench") as (project, package):
-            return measure(project, package, workdir, args.repeats)
+            return measure(project, package, workdir, args.repeats, args.warmup)
 
 
 if __name__ == "__main__":
