@@ -24,12 +24,11 @@ import os
 import signal
 import sys
 
-from .worker_signals import WORKER_IGNORES
+from .worker_signals import ignore_worker_signals
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
-for _signum in WORKER_IGNORES:
-    signal.signal(_signum, signal.SIG_IGN)
+ignore_worker_signals()
 
 if sys.platform.startswith("linux"):
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)

@@ -33,7 +33,7 @@ from typing import Any
 from lightning.fabric.utilities.seed import pl_worker_init_function
 
 from .refusal import Refusal
-from .worker_signals import WORKER_IGNORES
+from .worker_signals import ignore_worker_signals
 
 
 class IgnoreInterrupts:
@@ -47,8 +47,7 @@ class IgnoreInterrupts:
         self.then = then
 
     def __call__(self, worker_id: int) -> None:
-        for signum in WORKER_IGNORES:
-            signal.signal(signum, signal.SIG_IGN)
+        ignore_worker_signals()
         if self.then is not None:
             self.then(worker_id)
 
