@@ -15,6 +15,7 @@ Usage: python benchmarks/worker_start.py [--repeats 5] [--loaders 20]
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -40,8 +41,7 @@ def epochs(method: str, loaders: int) -> dict[str, float]:
         for _ in loader:
             pass
         times.append(time.perf_counter() - start)
-    later = sorted(times[1:])
-    return {"first": times[0], "later": later[len(later) // 2]}
+    return {"first": times[0], "later": statistics.median(times[1:])}
 
 
 def measured(method: str, loaders: int) -> dict[str, float]:
