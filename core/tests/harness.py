@@ -10,6 +10,7 @@ checkpoints are judged by.
 import json
 import subprocess
 import sys
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -130,7 +131,25 @@ def refusal_of_main(capsys: pytest.CaptureFixture[str], *words: str) -> str:
     assert stopped.value.code == 1 and isinstance(refusal, Refusal), stopped.value
     err = capsys.readouterr().err
     assert err.endswith(f"{refusal}\n") and "Traceback" not in err, err
+    let_go_of_loader_workers(stopped)  # a run refused in a loader worker has them
     return str(refusal)
+
+
+def let_go_of_loader_workers(raised: pytest.ExceptionInfo[BaseException]) -> None:
+    """Shut down, now, a DataLoader iterator whose worker raised `raised` (or its cause).
+
+    The traceback holds the iterator (a frame's `self`) in a reference cycle with the
+    test's frame, which the garbage collector frees at some later test. The collector
+    calls weak-reference callbacks before finalizers: multiprocessing's own closes the
+    iterator's index queues first, so the shutdown sentinel the iterator's `__del__` then
+    puts on them is never sent, and it waits 5 s (torch's MP_STATUS_CHECK_INTERVAL) for
+    each worker before terminating it (torch 2.13). Clearing the frames of the exception
+    and of those it was raised from frees the iterator here, while its queues still send.
+    """
+    error: BaseException | None = raised.value
+    while error is not None:
+        traceback.clear_frames(error.__traceback__)
+        error = error.__cause__ or error.__context__
 
 
 @dataclass

@@ -30,7 +30,7 @@ from copier_lightning_core.platform.worker_start import forks_can_hang
 from copier_lightning_core.testing import launch
 from copier_lightning_core.tools.determinism import compare_checkpoints
 from copier_lightning_core.tools.doctor.command import main as doctor
-from harness import FAST, PROJECT, killed_run
+from harness import FAST, PROJECT, killed_run, let_go_of_loader_workers
 from recipes import as_pair, write_files, write_shards, write_wide_files, write_wide_shards
 
 TESTS = Path(__file__).parent
@@ -271,6 +271,7 @@ def test_an_unreadable_or_missing_file_is_named_in_one_paragraph(files, tmp_path
     with pytest.raises(Refusal) as refused:
         list(loader)
     assert f"sample 7 ({broken}, class 'class_0') could not be read" in str(refused.value)
+    let_go_of_loader_workers(refused)
     with pytest.raises(Refusal, match=r"sample 9 .* could not be read: FileNotFoundError"):
         samples[9]
 

@@ -18,7 +18,7 @@ from copier_lightning_core.platform.paths import RunLayout
 from copier_lightning_core.platform.project import project_root
 from copier_lightning_core.testing import launch
 from faulty_data import DAMAGED, DamagedSamples, RefuseAtStep, RefusingSetupData
-from harness import FAST, FLAVOURS, PROJECT, refusal_of_main
+from harness import FAST, FLAVOURS, PROJECT, let_go_of_loader_workers, refusal_of_main
 
 LIBRARY = Path(copier_lightning_core.__file__).parent
 PRESETS = project_root() / "configs" / "presets"
@@ -148,6 +148,7 @@ def test_a_refusal_raised_in_a_loader_worker_reaches_the_main_process_as_raised(
         next(iter(loader))
     assert str(refused.value) == f"error: {DAMAGED.format(0)}"
     assert refused.value.message == DAMAGED.format(0)
+    let_go_of_loader_workers(refused)
 
 
 TABULAR = [*FAST, *FLAVOURS["tabular"], "--test_after_fit=false"]
