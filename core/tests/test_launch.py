@@ -107,9 +107,12 @@ def test_a_command_in_its_own_group_is_killed_with_its_group_after_the_timeout(p
         "time.sleep(600)\n"
     )
     started = launch.start([sys.executable, "-m", "sleeper"], package, own_group=True)
-    with pytest.raises(subprocess.TimeoutExpired):
-        started.wait(timeout=5)
+    deadline = time.monotonic() + 60
+    while not started.read().endswith("\n") and time.monotonic() < deadline:
+        time.sleep(0.05)  # until the child runs: the timeout then kills a group of two
     child = int(started.read().split()[0])
+    with pytest.raises(subprocess.TimeoutExpired):
+        started.wait(timeout=0.1)
     started.close()
     deadline = time.monotonic() + 30
     while alive(child) and time.monotonic() < deadline:
