@@ -109,6 +109,7 @@ def test_a_command_in_its_own_group_is_killed_with_its_group_after_the_timeout(p
     started = launch.start([sys.executable, "-m", "sleeper"], package, own_group=True)
     deadline = time.monotonic() + 60
     while not started.read().endswith("\n") and time.monotonic() < deadline:
+        assert started.poll() is None, started.read("stderr")  # ended before its child ran
         time.sleep(0.05)  # until the child runs: the timeout then kills a group of two
     child = int(started.read().split()[0])
     with pytest.raises(subprocess.TimeoutExpired):
