@@ -47,10 +47,12 @@ DEEP = str(LIBRARY_TESTS)
 # defaults: the library suite's parts (files of core/tests), the slowest first: a parallel
 # run starts them in this order, and one that starts its longest parts first keeps every
 # worker busy to its end. `rest` (no files named) is the files the other parts do not name.
-# Times in a whole-suite run on 2 CPU cores (2026-12-07): data_recipes 145 s, the two
-# halves of the smaller files about 85 and 80, sweep 83, data_memory 69, down to export 28.
+# Times in three whole-suite runs on 2 CPU cores (2026-12-07, two of them clean clones'
+# CI): data_recipes 150-161 s, sweep 98-114, the two halves of the smaller files 95-108
+# each, the next three 70-90, down to export 34-39.
 DEEP_PARTS: dict[str, list[str]] = {
     "data_recipes": ["test_data_recipes.py", "-k", "not memory_limit"],
+    "sweep": ["test_sweep.py"],
     # half of the smaller files, named: with them, `rest` took 168 s and ended the run
     "compare-cli-trusted_classes-refusal-doctor": [
         "test_compare.py",
@@ -60,7 +62,6 @@ DEEP_PARTS: dict[str, list[str]] = {
         "test_doctor.py",
     ],
     "rest": [],
-    "sweep": ["test_sweep.py"],
     # the memory cells write and read 3 GB each: a part of their own, beside the others
     "data_memory": ["test_data_recipes.py", "-k", "memory_limit"],
     "bad_input-sharding-resume": ["test_bad_input.py", "test_sharding.py", "test_resume.py"],
